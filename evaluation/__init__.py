@@ -1,0 +1,1 @@
+"""Agreement with the teacher, accuracy against human labels, baselines and speed benchmarks."""

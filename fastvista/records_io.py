@@ -1,0 +1,103 @@
+"""Reading and writing dialogue records as JSONL, with errors that name file, line and field."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from fastvista.schema import Dialogue
+
+
+class RecordError(ValueError):
+    """A malformed input record; says where it is and what is wrong."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, field: str | None, reason: str):
+        self.path, self.line, self.field, self.reason = str(path), line, field, reason
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: field {field!r}: {reason}" if field else f"{where}: {reason}")
+
+    def as_dict(self) -> dict:
+        return {"file": self.path, "line": self.line, "field": self.field, "reason": self.reason}
+
+
+def validation_error(path, line: int | None, exc: ValidationError, prefix: str = "") -> RecordError:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in (prefix, *first["loc"]) if p != "")
+    return RecordError(path, line, field or None, first["msg"])
+
+
+def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str | RecordError]]:
+    """Yield (line number, text) for non-blank lines, or a RecordError for a non-UTF-8 line."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                yield n, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield n, RecordError(path, n, None, f"not UTF-8 ({e.reason} at byte {e.start})")
+
+
+def iter_dialogues(path: str | os.PathLike) -> Iterator[tuple[int, Dialogue | RecordError]]:
+    """(line number, record or the RecordError that says why the line is not one)."""
+    for n, item in read_lines(path):
+        try:
+            yield n, _parse_line(path, n, item)
+        except RecordError as err:
+            yield n, err
+
+
+def read_dialogues(
+    path: str | os.PathLike, skipped: list[RecordError] | None = None
+) -> Iterator[tuple[int, Dialogue]]:
+    """Dialogue records of a JSONL file with their line numbers.
+
+    Raises RecordError on the first bad record; with a `skipped` list, collects it there and
+    goes on. An empty file is an error: a run over nothing is almost always a mistake.
+    """
+    count = 0
+    for n, item in iter_dialogues(path):
+        if isinstance(item, RecordError):
+            if skipped is None:
+                raise item
+            skipped.append(item)
+            continue
+        count += 1
+        yield n, item
+    if count == 0 and not skipped:
+        raise RecordError(path, None, None, "file holds no records")
+
+
+def _parse_line(path, n: int, item: str | RecordError) -> Dialogue:
+    if isinstance(item, RecordError):
+        raise item
+    try:
+        obj = json.loads(item)
+    except json.JSONDecodeError as e:
+        raise RecordError(path, n, None, f"invalid JSON: {e.msg} (column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise RecordError(path, n, None, f"expected a JSON object, got {type(obj).__name__}")
+    try:
+        return Dialogue.model_validate(obj)
+    except ValidationError as e:
+        raise validation_error(path, n, e) from None
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[BaseModel | dict]) -> int:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(to_json_line(r))
+            n += 1
+    return n
+
+
+def to_json_line(record: BaseModel | dict) -> str:
+    if isinstance(record, BaseModel):
+        return record.model_dump_json(exclude_none=True) + "\n"
+    return json.dumps(record, ensure_ascii=False) + "\n"

@@ -1,0 +1,93 @@
+"""Pydantic records shared by every stage: dialogues in, scored dialogues out (DESIGN.md)."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fastvista.labels import Label
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GoldClaim(Record):
+    text: str
+    label: Label
+
+
+class Gold(Record):
+    """Human labels of a turn; `original` keeps the source's own label verbatim."""
+
+    label: Optional[Literal["faithful", "hallucinated"]] = None
+    original: Optional[str] = None
+    claims: Optional[list[GoldClaim]] = None
+
+
+class Turn(Record):
+    role: Literal["user", "assistant"]
+    text: str
+    reference: Optional[str] = None
+    score: Optional[bool] = None
+    gold: Optional[Gold] = None
+    # Source facts that are not part of the contract (e.g. Topical-Chat's knowledge_source).
+    meta: Optional[dict] = None
+
+    @property
+    def scored(self) -> bool:
+        """Only assistant turns whose `score` is not false are scored; the rest are context."""
+        return self.role == "assistant" and self.score is not False
+
+
+class Dialogue(Record):
+    id: str
+    source: str = "jsonl"
+    system: Optional[str] = None
+    knowledge_init: list[str] = Field(default_factory=list)
+    turns: list[Turn]
+    meta: Optional[dict] = None
+
+    def scored_indices(self) -> list[int]:
+        return [i for i, t in enumerate(self.turns) if t.scored]
+
+
+class Claim(Record):
+    text: str
+    label: Label
+    # Why the label could not be read from the model, when it could not (kept, never dropped).
+    error: Optional[str] = None
+    confidence: Optional[float] = None
+
+
+class Usage(Record):
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_calls: int = 0
+
+    def add(self, other: "Usage") -> "Usage":
+        return Usage(**{k: getattr(self, k) + getattr(other, k) for k in Usage.model_fields})
+
+
+class TurnResult(Record):
+    index: int
+    claims: list[Claim]
+    score: float
+    no_claims: bool
+    hallucinated: bool
+    store_after: list[str] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    errors: list[str] = Field(default_factory=list)
+
+
+class ScoredDialogue(Record):
+    id: str
+    source: str
+    system: Optional[str] = None
+    score: float
+    turns: list[TurnResult]
+    usage: Usage = Field(default_factory=Usage)
+    provenance: dict = Field(default_factory=dict)
+    dialogue: Dialogue

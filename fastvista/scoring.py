@@ -1,0 +1,32 @@
+"""Score formulas of DESIGN.md: pure functions over claim labels."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from fastvista.labels import Label
+
+
+def turn_score(labels: Sequence[Label]) -> float:
+    """Safe claims / claims; 1.0 for a turn without claims."""
+    return sum(l.safe for l in labels) / len(labels) if labels else 1.0
+
+
+def is_hallucinated(labels: Iterable[Label]) -> bool:
+    """A turn is hallucinated iff one of its claims is CONTRADICTED or LACKING_EVIDENCE."""
+    return any(not l.safe for l in labels)
+
+
+def dialogue_score(turn_labels: Iterable[Sequence[Label]]) -> float:
+    """The VISTA score: safe claims / claims over all scored turns (a micro-average); 1.0 if none."""
+    labels = [l for turn in turn_labels for l in turn]
+    return turn_score(labels)
+
+
+def system_scores(dialogues: Iterable[tuple[str | None, Iterable[Sequence[Label]]]]) -> dict:
+    """Micro-averaged score per system over all its dialogues' claims."""
+    by_system: dict = defaultdict(list)
+    for system, turns in dialogues:
+        by_system[system].extend(l for turn in turns for l in turn)
+    return {system: turn_score(labels) for system, labels in by_system.items()}

@@ -1,0 +1,131 @@
+"""Drives many dialogues' state machines at once: each round, the pending requests of every
+active dialogue go to the engine as one batch, so the engine stays full although each dialogue
+is sequential. Finished dialogues are appended (and fsynced) to the output at once; a killed run
+resumes by skipping the dialogues already written and answering the rest from the call cache.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+from tqdm import tqdm
+
+from fastvista.llm import Backend
+from fastvista.records_io import to_json_line
+from fastvista.schema import Dialogue, ScoredDialogue
+
+
+@dataclass
+class RunStats:
+    labelled: int = 0
+    resumed: int = 0
+    rounds: int = 0
+    calls: int = 0
+    cached_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_seconds: float = 0.0
+    duplicates: list[str] = field(default_factory=list)
+
+
+def finished_ids(path: Path) -> set[str]:
+    """Ids already written to `path`; a torn last line (killed mid-write) is cut off."""
+    if not path.exists():
+        return set()
+    done, good_bytes = set(), 0
+    with open(path, "rb") as f:
+        for raw in f:
+            try:
+                if not raw.endswith(b"\n"):
+                    raise ValueError("torn line")
+                done.add(ScoredDialogue.model_validate_json(raw).id)
+            except (ValueError, ValidationError):
+                break
+            good_bytes += len(raw)
+    if good_bytes < path.stat().st_size:
+        with open(path, "r+b") as f:
+            f.truncate(good_bytes)
+    return done
+
+
+def run(
+    dialogues: Iterable[Dialogue],
+    machine: Callable[[Dialogue], object],
+    backend: Backend,
+    out_path: Path,
+    max_active: int = 256,
+    total: int | None = None,
+    provenance: dict | None = None,
+    progress: bool = True,
+) -> RunStats:
+    """Run `machine(dialogue)` generators to completion, appending results to `out_path`."""
+    stats = RunStats()
+    start = time.perf_counter()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    done = finished_ids(out_path)
+    seen: set[str] = set()
+    source = iter(dialogues)
+    active: dict[str, tuple[object, list]] = {}
+    bar = tqdm(total=total, unit="dlg", desc="teacher", disable=not progress, dynamic_ncols=True)
+
+    with open(out_path, "a", encoding="utf-8") as out:
+
+        def finish(result: ScoredDialogue) -> None:
+            result.provenance = provenance or {}
+            out.write(to_json_line(result))
+            out.flush()
+            os.fsync(out.fileno())
+            stats.labelled += 1
+            bar.update(1)
+
+        def start_one(d: Dialogue) -> None:
+            gen = machine(d)
+            try:
+                active[d.id] = (gen, next(gen))
+            except StopIteration as stop:
+                finish(stop.value)
+
+        def refill() -> None:
+            while len(active) < max_active:
+                d = next(source, None)
+                if d is None:
+                    return
+                if d.id in seen or d.id in active:
+                    stats.duplicates.append(d.id)
+                    continue
+                seen.add(d.id)
+                if d.id in done:
+                    stats.resumed += 1
+                    bar.update(1)
+                    continue
+                start_one(d)
+
+        refill()
+        while active:
+            ids = list(active)
+            batch = [r for i in ids for r in active[i][1]]
+            completions = backend.generate(batch)
+            stats.rounds += 1
+            stats.calls += len(completions)
+            stats.cached_calls += sum(c.cached for c in completions)
+            stats.prompt_tokens += sum(c.prompt_tokens for c in completions)
+            stats.completion_tokens += sum(c.completion_tokens for c in completions)
+            offset = 0
+            for i in ids:
+                gen, requests = active[i]
+                answers, offset = completions[offset : offset + len(requests)], offset + len(requests)
+                try:
+                    active[i] = (gen, gen.send(answers))
+                except StopIteration as stop:
+                    del active[i]
+                    finish(stop.value)
+            refill()
+            bar.set_postfix(calls=stats.calls, cached=stats.cached_calls, tokens=stats.prompt_tokens + stats.completion_tokens, active=len(active))
+    bar.close()
+    stats.wall_seconds = time.perf_counter() - start
+    return stats

@@ -1,0 +1,51 @@
+"""Statistics of a teacher run, computed from its labelled dialogues (pure)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from fastvista.labels import Label
+from fastvista.schema import ScoredDialogue
+
+
+def _mean(xs) -> float | None:
+    xs = list(xs)
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def summarise(scored: list[ScoredDialogue]) -> dict:
+    turns = [(d, r) for d in scored for r in d.turns]
+    labels = Counter(c.label.value for _, r in turns for c in r.claims)
+    n_claims = sum(labels.values())
+    sources = Counter(
+        "+".join(sorted({s.rstrip("0123456789") for s in (d.dialogue.turns[r.index].meta or {}).get("knowledge_source", [])}))
+        or "n/a"
+        for d, r in turns
+    )
+    gold = [(r, d.dialogue.turns[r.index].gold) for d, r in turns]
+    gold = [(r, g) for r, g in gold if g is not None and g.label is not None]
+    summary = {
+        "dialogues": len(scored),
+        "scored_turns": len(turns),
+        "turns_with_reference": sum(d.dialogue.turns[r.index].reference is not None for d, r in turns),
+        "turns_with_errors": sum(bool(r.errors) for _, r in turns),
+        "no_claim_turns": sum(r.no_claims for _, r in turns),
+        "claims": n_claims,
+        "claims_per_turn": _mean(len(r.claims) for _, r in turns),
+        "label_distribution": {l.value: labels.get(l.value, 0) for l in Label},
+        "label_share": {l.value: round(labels.get(l.value, 0) / n_claims, 4) if n_claims else 0.0 for l in Label},
+        "hallucinated_turns": sum(r.hallucinated for _, r in turns),
+        "mean_dialogue_score": _mean(d.score for d in scored),
+        "calls_per_turn": _mean(r.usage.calls for _, r in turns),
+        "prompt_tokens_per_turn": _mean(r.usage.prompt_tokens for _, r in turns),
+        "completion_tokens_per_turn": _mean(r.usage.completion_tokens for _, r in turns),
+        "knowledge_sources_of_scored_turns": dict(sources) if set(sources) != {"n/a"} else None,
+    }
+    if gold:
+        summary["gold_turns"] = len(gold)
+        summary["gold_turn_accuracy"] = _mean((g.label == "hallucinated") == r.hallucinated for r, g in gold)
+        summary["gold_hallucinated_share"] = _mean(g.label == "hallucinated" for _, g in gold)
+        gold_claims = [len(g.claims) for _, g in gold if g.claims is not None]
+        if gold_claims:
+            summary["gold_claims_per_turn"] = _mean(gold_claims)
+    return summary

@@ -1,0 +1,147 @@
+from pathlib import Path
+
+from fastvista.labels import Label
+from fastvista.schema import Dialogue, Turn
+from fastvista.single_pass import SYSTEM_PROMPT, parse_output, split_sections
+from synth import prompts
+from synth.pipeline import TeacherConfig, label_dialogue, parse_claims, parse_class, parse_verdict
+from synth.scheduler import run
+from synth.training_set import training_examples
+from tests.scripted import ScriptedBackend
+
+REF1 = "The Louvre is in Paris. The Louvre opened in 1793."
+REF2 = "The Mona Lisa hangs in the Louvre."
+
+
+def museum_dialogue(i: int = 0) -> Dialogue:
+    return Dialogue(
+        id=f"d{i}",
+        system="sys-a" if i % 2 else "sys-b",
+        knowledge_init=["Paris is in France."],
+        turns=[
+            Turn(role="user", text="Tell me about the Louvre?"),
+            # 3 claims: verified, out of scope (I ...), lacking evidence
+            Turn(role="assistant", text="The Louvre is in Paris. I love it. The Louvre has a glass pyramid.", reference=REF1),
+            Turn(role="user", text="And the Mona Lisa?"),
+            # 3 claims: verified from the reference, verified from the store (turn 1), contradicted
+            Turn(role="assistant", text="The Mona Lisa hangs in the Louvre. The Louvre is in Paris. The Louvre is not open on Tuesdays.", reference=REF2),
+            Turn(role="user", text="Thanks"),
+            Turn(role="assistant", text="Do you want more?", reference=REF2),  # a question: no claim
+            Turn(role="assistant", text="Context only.", score=False),
+        ],
+    )
+
+
+def drive(dialogue, cfg, backend):
+    gen = label_dialogue(dialogue, cfg)
+    try:
+        requests = next(gen)
+        while True:
+            requests = gen.send(backend.generate(requests))
+    except StopIteration as stop:
+        return stop.value
+
+
+def test_labels_store_and_call_counts():
+    backend = ScriptedBackend()
+    result = drive(museum_dialogue(), TeacherConfig(), backend)
+    t1, t2, t3 = result.turns
+    assert [t.index for t in result.turns] == [1, 3, 5]
+    assert [c.label for c in t1.claims] == [Label.VERIFIED, Label.OUT_OF_SCOPE, Label.LACKING_EVIDENCE]
+    assert [c.label for c in t2.claims] == [Label.VERIFIED, Label.VERIFIED, Label.CONTRADICTED]
+    assert t3.claims == [] and t3.no_claims and t3.score == 1.0
+    # calls per turn = 1 + claims + unverifiable claims
+    assert t1.usage.calls == 1 + 3 + 2
+    assert t2.usage.calls == 1 + 3 + 1
+    assert t3.usage.calls == 1
+    assert result.usage.calls == len(backend.requests) == 12
+    # the store grows with VERIFIED and OUT_OF_SCOPE claims only
+    assert t1.store_after == ["Paris is in France.", "The Louvre is in Paris.", "I love it."]
+    assert t2.store_after == t1.store_after + ["The Mona Lisa hangs in the Louvre."]
+    assert t1.hallucinated and t2.hallucinated and not t3.hallucinated
+    assert result.score == (2 + 2) / 6  # micro-average over the 6 claims
+
+
+def test_second_turn_sees_the_first_turns_store_and_history():
+    backend = ScriptedBackend()
+    drive(museum_dialogue(), TeacherConfig(), backend)
+    verify_turn2 = [r for r in backend.requests if r.messages[0]["content"] == prompts.VERIFY_SYSTEM][3]
+    sections = split_sections(verify_turn2.messages[-1]["content"], prompts.SECTIONS)
+    assert "The Louvre is in Paris." in sections["[KNOWLEDGE STORE]"]
+    assert sections["[REFERENCE]"] == REF2
+    decompose_turn2 = [r for r in backend.requests if r.messages[0]["content"] == prompts.DECOMPOSE_SYSTEM][1]
+    history = split_sections(decompose_turn2.messages[-1]["content"], prompts.SECTIONS)["[HISTORY]"]
+    assert history.split("\n") == ["User: Tell me about the Louvre?", "Assistant: The Louvre is in Paris. I love it. The Louvre has a glass pyramid.", "User: And the Mona Lisa?"]
+    assert len(decompose_turn2.messages) == 1 + 2 * 6 + 1  # system, six examples, the query
+
+
+def test_ablation_no_accumulate_keeps_the_initial_store():
+    backend = ScriptedBackend()
+    result = drive(museum_dialogue(), TeacherConfig(accumulate=False), backend)
+    assert all(t.store_after == ["Paris is in France."] for t in result.turns)
+    # without the store, "The Louvre is in Paris." in turn 2 is no longer verified
+    assert result.turns[1].claims[1].label is Label.LACKING_EVIDENCE
+
+
+def test_ablation_no_history_and_zero_shot():
+    backend = ScriptedBackend()
+    drive(museum_dialogue(), TeacherConfig(history=False, few_shot=0), backend)
+    for r in backend.requests:
+        assert len(r.messages) == 2  # system and query, no examples
+        if r.messages[0]["content"] == prompts.DECOMPOSE_SYSTEM:
+            assert split_sections(r.messages[-1]["content"], prompts.SECTIONS)["[HISTORY]"] == "none"
+
+
+def test_few_shot_n_takes_n_examples_everywhere():
+    backend = ScriptedBackend()
+    drive(museum_dialogue(), TeacherConfig(few_shot=2), backend)
+    assert {len(r.messages) for r in backend.requests} == {1 + 2 * 2 + 1}
+
+
+def test_unreadable_answers_are_retried_then_reported():
+    backend = ScriptedBackend()
+    d = Dialogue(id="g", turns=[Turn(role="assistant", text="GARBLE is a word.", reference="x")])
+    result = drive(d, TeacherConfig(retries=2), backend)
+    [claim] = result.turns[0].claims
+    assert claim.label is Label.LACKING_EVIDENCE  # unsafe fallback, never a silent pass
+    assert "verify" in claim.error and "classify" in claim.error
+    assert result.turns[0].usage.calls == 1 + 3 + 3
+    retried = [r for r in backend.requests if r.temperature > 0]
+    assert {r.seed for r in retried} == {1, 2}
+    assert result.turns[0].errors
+
+
+def test_parsers_read_what_small_models_write():
+    assert parse_claims("Claims:\n- A is B.\n2) C is D.\n* A is B.") == ["A is B.", "C is D."]
+    assert parse_claims("NONE.") == []
+    assert parse_verdict("Answer: UNVERIFIABLE") is False
+    assert parse_verdict("verified.") is True
+    assert parse_verdict("Not verified") is False
+    assert parse_class("lacking evidence") is Label.LACKING_EVIDENCE
+    assert parse_class("Out-of-scope, since") is Label.OUT_OF_SCOPE
+
+
+def test_scheduler_batches_across_dialogues_and_writes_each_once(tmp_path: Path):
+    backend = ScriptedBackend()
+    dialogues = [museum_dialogue(i) for i in range(5)] + [museum_dialogue(2)]  # one duplicate id
+    stats = run(dialogues, lambda d: label_dialogue(d, TeacherConfig()), backend, tmp_path / "out.jsonl", progress=False)
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert len(lines) == 5 and stats.labelled == 5 and stats.duplicates == ["d2"]
+    # every round sends the pending calls of all five dialogues together
+    assert backend.batches[0] == 5 and max(backend.batches) == 15
+    # rounds: decompose, verify, classify for two turns, then one decomposition
+    assert stats.rounds == len(backend.batches) == 7
+
+
+def test_training_examples_use_the_single_pass_format_and_teacher_store():
+    result = drive(museum_dialogue(), TeacherConfig(), ScriptedBackend())
+    examples = training_examples(result)
+    assert [e["turn_index"] for e in examples] == [1, 3, 5]
+    second = examples[1]
+    assert second["prompt"][0] == {"role": "system", "content": SYSTEM_PROMPT}
+    sections = split_sections(second["prompt"][1]["content"])
+    assert sections["[KNOWLEDGE STORE]"].split("\n") == ["1. Paris is in France.", "2. The Louvre is in Paris.", "3. I love it."]
+    assert sections["[TURN]"] == museum_dialogue().turns[3].text
+    parsed = parse_output(second["completion"][0]["content"])
+    assert [(c.text, c.label) for c in parsed] == [(c.text, c.label) for c in result.turns[1].claims]
+    assert examples[2]["completion"][0]["content"] == "NONE"

@@ -1,0 +1,1 @@
+"""The student: supervised fine-tuning of a LoRA adapter on the teacher's training set."""
