@@ -83,13 +83,12 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
         "data": data.model_dump(),
     }
     (out_dir / "config.json").write_text(json.dumps({**config.model_dump(), "data": data.model_dump()}, indent=2))
-    backend = make_backend(config.backend)
     labelled_path = out_dir / "labelled.jsonl"
     started = time.perf_counter()
     stats = run(
         dialogues,
         lambda d: label_dialogue(d, config.teacher),
-        backend,
+        lambda: make_backend(config.backend),
         labelled_path,
         max_active=config.max_active,
         total=len(dialogues),

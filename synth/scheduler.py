@@ -56,15 +56,19 @@ def finished_ids(path: Path) -> set[str]:
 def run(
     dialogues: Iterable[Dialogue],
     machine: Callable[[Dialogue], object],
-    backend: Backend,
+    backend_factory: Callable[[], Backend],
     out_path: Path,
     max_active: int = 256,
     total: int | None = None,
     provenance: dict | None = None,
     progress: bool = True,
 ) -> RunStats:
-    """Run `machine(dialogue)` generators to completion, appending results to `out_path`."""
+    """Run `machine(dialogue)` generators to completion, appending results to `out_path`.
+
+    The backend is built on the first batch, so a finished run re-run starts no engine.
+    """
     stats = RunStats()
+    backend: Backend | None = None
     start = time.perf_counter()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     done = finished_ids(out_path)
@@ -109,6 +113,7 @@ def run(
         while active:
             ids = list(active)
             batch = [r for i in ids for r in active[i][1]]
+            backend = backend or backend_factory()
             completions = backend.generate(batch)
             stats.rounds += 1
             stats.calls += len(completions)

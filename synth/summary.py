@@ -17,11 +17,12 @@ def summarise(scored: list[ScoredDialogue]) -> dict:
     turns = [(d, r) for d in scored for r in d.turns]
     labels = Counter(c.label.value for _, r in turns for c in r.claims)
     n_claims = sum(labels.values())
-    sources = Counter(
-        "+".join(sorted({s.rstrip("0123456789") for s in (d.dialogue.turns[r.index].meta or {}).get("knowledge_source", [])}))
-        or "n/a"
-        for d, r in turns
-    )
+    sources = {"scored": Counter(), "context": Counter()}
+    for d in scored:
+        for t in d.dialogue.turns:
+            if t.role == "assistant" and t.meta and "knowledge_source" in t.meta:
+                kinds = sorted({s.rstrip("0123456789") for s in t.meta["knowledge_source"]})
+                sources["scored" if t.scored else "context"]["+".join(kinds) or "none"] += 1
     gold = [(r, d.dialogue.turns[r.index].gold) for d, r in turns]
     gold = [(r, g) for r, g in gold if g is not None and g.label is not None]
     summary = {
@@ -39,7 +40,8 @@ def summarise(scored: list[ScoredDialogue]) -> dict:
         "calls_per_turn": _mean(r.usage.calls for _, r in turns),
         "prompt_tokens_per_turn": _mean(r.usage.prompt_tokens for _, r in turns),
         "completion_tokens_per_turn": _mean(r.usage.completion_tokens for _, r in turns),
-        "knowledge_sources_of_scored_turns": dict(sources) if set(sources) != {"n/a"} else None,
+        # Topical-Chat: which knowledge each assistant turn cites, for scored and context turns.
+        "assistant_turns_by_knowledge_source": {k: dict(v) for k, v in sources.items()} if any(sources.values()) else None,
     }
     if gold:
         summary["gold_turns"] = len(gold)

@@ -7,45 +7,44 @@ import pytest
 
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.records_io import write_jsonl
+from fastvista.schema import ScoredDialogue
 from fastvista.single_pass import parse_output
+from synth.pipeline import TeacherConfig, label_dialogue
 from synth.run import main
+from synth.scheduler import run
 from tests.test_pipeline import museum_dialogue
 
 pytestmark = pytest.mark.slow
 
-
-def teacher_run(tmp_path, backend: dict) -> dict:
-    inputs = tmp_path / "in.jsonl"
-    write_jsonl(inputs, [museum_dialogue(i) for i in range(3)])
-    tree = {
-        "backend": backend,
-        # short answers keep a random model fast; one retry exercises the retry path
-        "teacher": {"few_shot": 1, "decompose_max_tokens": 24, "label_max_tokens": 4, "retries": 1, "max_claims": 3},
-        "data": {"input": str(inputs), "source": "jsonl"},
-    }
-    summary = main(tree, tmp_path / "run", progress=False)
-    return summary
+# Short answers keep a random model fast; one retry exercises the retry path.
+TEACHER = {"few_shot": 1, "decompose_max_tokens": 24, "label_max_tokens": 4, "retries": 1, "max_claims": 3}
 
 
-def check_run(tmp_path, summary):
-    labelled = [json.loads(l) for l in (tmp_path / "run/labelled.jsonl").read_text().splitlines()]
-    assert sorted(d["id"] for d in labelled) == ["d0", "d1", "d2"]
+def check_labelled(labelled: list[ScoredDialogue]):
+    assert sorted(d.id for d in labelled) == ["d0", "d1", "d2"]
     for d in labelled:
-        for t in d["turns"]:
-            n_claims = len(t["claims"])
-            unverified = sum(c["label"] != "VERIFIED" for c in t["claims"])
-            retried_reads = sum(e.count("attempt") for e in t["errors"])
-            # at least one call a step, at most (retries + 1) per step
-            assert 1 + n_claims + unverified <= t["usage"]["calls"] <= 2 * (1 + n_claims + unverified)
-            assert t["usage"]["prompt_tokens"] > 0
-            assert retried_reads <= t["usage"]["calls"]
-    assert summary["scored_turns"] == 9
-    assert summary["training_examples"] + summary["turns_with_errors"] == 9
+        assert [t.index for t in d.turns] == [1, 3, 5]
+        for t in d.turns:
+            steps = 1 + len(t.claims) + sum(c.label.value != "VERIFIED" for c in t.claims)
+            # every step is one call, or two when its answer had to be retried
+            assert steps <= t.usage.calls <= 2 * steps
+            assert t.usage.prompt_tokens > 0
 
 
 def test_teacher_on_the_hf_backend(tmp_path, tiny_model):
-    summary = teacher_run(tmp_path, {"kind": "hf", "model": str(tiny_model), "dtype": "float32", "batch_size": 16})
-    check_run(tmp_path, summary)
+    inputs = tmp_path / "in.jsonl"
+    write_jsonl(inputs, [museum_dialogue(i) for i in range(3)])
+    tree = {
+        "backend": {"kind": "hf", "model": str(tiny_model), "dtype": "float32", "batch_size": 16},
+        "teacher": TEACHER,
+        "data": {"input": str(inputs), "source": "jsonl"},
+    }
+    summary = main(tree, tmp_path / "run", progress=False)
+    labelled = [ScoredDialogue.model_validate_json(l) for l in (tmp_path / "run/labelled.jsonl").read_text().splitlines()]
+    check_labelled(labelled)
+    assert summary["scored_turns"] == 9
+    assert summary["training_examples"] + summary["turns_with_errors"] == 9
+    assert summary["this_run"]["calls"] == sum(t.usage.calls for d in labelled for t in d.turns)
 
 
 def test_hf_batches_with_left_padding_give_the_same_greedy_text(tiny_model):
@@ -61,16 +60,27 @@ def test_hf_batches_with_left_padding_give_the_same_greedy_text(tiny_model):
         assert all(t.logprob <= max(t.top.values()) + 1e-5 for t in c.logprobs)
 
 
-def test_teacher_and_structured_output_on_the_vllm_backend(tmp_path, tiny_model):
+@pytest.fixture(scope="module")
+def vllm_engine(tiny_model):
     pytest.importorskip("vllm")
-    backend = {"kind": "vllm", "model": str(tiny_model), "dtype": "bfloat16", "gpu_memory_utilization": 0.1, "max_model_len": 4096}
-    summary = teacher_run(tmp_path, backend)
-    check_run(tmp_path, summary)
-    # a regex constraint holds even for an untrained model
-    engine = make_backend(BackendConfig(**backend))
+    return make_backend(BackendConfig(kind="vllm", model=str(tiny_model), dtype="bfloat16", gpu_memory_utilization=0.1, max_model_len=4096))
+
+
+def test_teacher_on_the_vllm_backend(tmp_path, vllm_engine):
+    out = tmp_path / "labelled.jsonl"
+    stats = run([museum_dialogue(i) for i in range(3)], lambda d: label_dialogue(d, TeacherConfig(**TEACHER)), lambda: vllm_engine, out, progress=False)
+    labelled = [ScoredDialogue.model_validate_json(l) for l in out.read_text().splitlines()]
+    check_labelled(labelled)
+    assert stats.calls == sum(t.usage.calls for d in labelled for t in d.turns)
+
+
+def test_vllm_constraints_and_bad_requests(vllm_engine):
     regex = "NONE|1\\. [a-z ]{1,20} \\| (VERIFIED|CONTRADICTED)"
-    [c] = engine.generate([ChatRequest(messages=[{"role": "user", "content": "Score this."}], max_tokens=200, regex=regex)])
-    assert re.fullmatch(regex, c.text), c.text
-    assert len(parse_output(c.text)) <= 1
-    too_long = engine.generate([ChatRequest(messages=[{"role": "user", "content": "x " * 6000}], max_tokens=4)])
-    assert too_long[0].error and "context length" in too_long[0].error
+    ok = ChatRequest(messages=[{"role": "user", "content": "Score this."}], max_tokens=200, regex=regex, logprobs=2)
+    too_long = ChatRequest(messages=[{"role": "user", "content": "x " * 6000}], max_tokens=4)
+    good, bad = vllm_engine.generate([ok, too_long])
+    # the constraint holds even for an untrained model, and the bad request spoils only itself
+    assert re.fullmatch(regex, good.text), good.text
+    assert len(parse_output(good.text)) <= 1
+    assert len(good.logprobs) == good.completion_tokens
+    assert bad.error and "context length" in bad.error

@@ -14,19 +14,20 @@ REF2 = "The Mona Lisa hangs in the Louvre."
 
 
 def museum_dialogue(i: int = 0) -> Dialogue:
+    """Dialogues differ by `i` in every prompt the teacher writes, so no two share a call."""
     return Dialogue(
         id=f"d{i}",
         system="sys-a" if i % 2 else "sys-b",
         knowledge_init=["Paris is in France."],
         turns=[
-            Turn(role="user", text="Tell me about the Louvre?"),
+            Turn(role="user", text=f"Tell me about the Louvre, part {i}?"),
             # 3 claims: verified, out of scope (I ...), lacking evidence
-            Turn(role="assistant", text="The Louvre is in Paris. I love it. The Louvre has a glass pyramid.", reference=REF1),
+            Turn(role="assistant", text="The Louvre is in Paris. I love it. The Louvre has a glass pyramid.", reference=f"{REF1} It has {i + 2} wings."),
             Turn(role="user", text="And the Mona Lisa?"),
             # 3 claims: verified from the reference, verified from the store (turn 1), contradicted
-            Turn(role="assistant", text="The Mona Lisa hangs in the Louvre. The Louvre is in Paris. The Louvre is not open on Tuesdays.", reference=REF2),
+            Turn(role="assistant", text="The Mona Lisa hangs in the Louvre. The Louvre is in Paris. The Louvre is not open on Tuesdays.", reference=f"{REF2} {i}"),
             Turn(role="user", text="Thanks"),
-            Turn(role="assistant", text="Do you want more?", reference=REF2),  # a question: no claim
+            Turn(role="assistant", text="Do you want more?", reference=f"{REF2} {i}"),  # a question: no claim
             Turn(role="assistant", text="Context only.", score=False),
         ],
     )
@@ -68,10 +69,10 @@ def test_second_turn_sees_the_first_turns_store_and_history():
     verify_turn2 = [r for r in backend.requests if r.messages[0]["content"] == prompts.VERIFY_SYSTEM][3]
     sections = split_sections(verify_turn2.messages[-1]["content"], prompts.SECTIONS)
     assert "The Louvre is in Paris." in sections["[KNOWLEDGE STORE]"]
-    assert sections["[REFERENCE]"] == REF2
+    assert sections["[REFERENCE]"] == f"{REF2} 0"
     decompose_turn2 = [r for r in backend.requests if r.messages[0]["content"] == prompts.DECOMPOSE_SYSTEM][1]
     history = split_sections(decompose_turn2.messages[-1]["content"], prompts.SECTIONS)["[HISTORY]"]
-    assert history.split("\n") == ["User: Tell me about the Louvre?", "Assistant: The Louvre is in Paris. I love it. The Louvre has a glass pyramid.", "User: And the Mona Lisa?"]
+    assert history.split("\n") == ["User: Tell me about the Louvre, part 0?", "Assistant: The Louvre is in Paris. I love it. The Louvre has a glass pyramid.", "User: And the Mona Lisa?"]
     assert len(decompose_turn2.messages) == 1 + 2 * 6 + 1  # system, six examples, the query
 
 
@@ -124,7 +125,7 @@ def test_parsers_read_what_small_models_write():
 def test_scheduler_batches_across_dialogues_and_writes_each_once(tmp_path: Path):
     backend = ScriptedBackend()
     dialogues = [museum_dialogue(i) for i in range(5)] + [museum_dialogue(2)]  # one duplicate id
-    stats = run(dialogues, lambda d: label_dialogue(d, TeacherConfig()), backend, tmp_path / "out.jsonl", progress=False)
+    stats = run(dialogues, lambda d: label_dialogue(d, TeacherConfig()), lambda: backend, tmp_path / "out.jsonl", progress=False)
     lines = (tmp_path / "out.jsonl").read_text().splitlines()
     assert len(lines) == 5 and stats.labelled == 5 and stats.duplicates == ["d2"]
     # every round sends the pending calls of all five dialogues together
@@ -145,3 +146,25 @@ def test_training_examples_use_the_single_pass_format_and_teacher_store():
     parsed = parse_output(second["completion"][0]["content"])
     assert [(c.text, c.label) for c in parsed] == [(c.text, c.label) for c in result.turns[1].claims]
     assert examples[2]["completion"][0]["content"] == "NONE"
+
+
+def test_rerunning_a_finished_run_starts_no_engine_and_writes_nothing(tmp_path: Path):
+    out = tmp_path / "out.jsonl"
+    run([museum_dialogue(i) for i in range(3)], lambda d: label_dialogue(d, TeacherConfig()), ScriptedBackend, out, progress=False)
+    before = out.read_text()
+
+    def no_engine():
+        raise AssertionError("engine started for a finished run")
+
+    stats = run([museum_dialogue(i) for i in range(3)], lambda d: label_dialogue(d, TeacherConfig()), no_engine, out, progress=False)
+    assert (stats.resumed, stats.labelled) == (3, 0) and out.read_text() == before
+
+
+def test_a_torn_last_line_is_cut_and_its_dialogue_labelled_again(tmp_path: Path):
+    out = tmp_path / "out.jsonl"
+    run([museum_dialogue(i) for i in range(2)], lambda d: label_dialogue(d, TeacherConfig()), ScriptedBackend, out, progress=False)
+    lines = out.read_text().splitlines(keepends=True)
+    out.write_text(lines[0] + lines[1][: len(lines[1]) // 2])  # killed in the middle of a write
+    stats = run([museum_dialogue(i) for i in range(2)], lambda d: label_dialogue(d, TeacherConfig()), ScriptedBackend, out, progress=False)
+    assert (stats.resumed, stats.labelled) == (1, 1)
+    assert out.read_text().splitlines(keepends=True) == lines

@@ -33,13 +33,13 @@ def test_killed_run_resumes_without_loss_duplication_or_repeated_calls(tmp_path)
         first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         labelled = out / "labelled.jsonl"
         deadline = time.time() + 60
-        while time.time() < deadline and (not labelled.exists() or len(labelled.read_text().splitlines()) < 3):
+        while time.time() < deadline and (not labelled.exists() or len(labelled.read_text().splitlines()) < 1):
             time.sleep(0.02)
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
         written_at_kill = len(labelled.read_text().splitlines())
         cached_at_kill, received_at_kill = cache_size(cache), sum(server.received.values())
-        assert 3 <= written_at_kill < 12, "the kill must land mid-run"
+        assert 1 <= written_at_kill < 12, "the kill must land mid-run"
 
         second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert second.returncode == 0, second.stderr

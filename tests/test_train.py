@@ -1,0 +1,117 @@
+"""The student's training script on a tiny local model, through `accelerate launch` on CPU."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastvista.records_io import write_jsonl
+from synth.pipeline import TeacherConfig
+from synth.training_set import training_examples
+from tests.scripted import ScriptedBackend
+from tests.test_pipeline import drive, museum_dialogue
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def train_file(tmp_path_factory):
+    examples = [e for i in range(8) for e in training_examples(drive(museum_dialogue(i), TeacherConfig(), ScriptedBackend()))]
+    path = tmp_path_factory.mktemp("data") / "train.jsonl"
+    write_jsonl(path, examples)
+    return path
+
+
+def write_config(path: Path, model: Path, train_file: Path, out: Path, **extra) -> Path:
+    config = {
+        "model_name_or_path": str(model), "dtype": "float32", "use_peft": True, "lora_r": 8, "lora_alpha": 16,
+        "lora_target_modules": "all-linear", "train_file": str(train_file), "eval_fraction": 0.25,
+        "max_length": 1200, "use_cpu": True, "bf16": False, "gradient_checkpointing": False,
+        "per_device_train_batch_size": 4, "learning_rate": 0.01, "max_steps": 12, "logging_steps": 1,
+        "eval_strategy": "steps", "eval_steps": 6, "save_strategy": "steps", "save_steps": 6, "report_to": "none",
+        "output_dir": str(out), "seed": 0, **extra,
+    }
+    import yaml
+
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def launch(config: Path, *args: str) -> subprocess.CompletedProcess:
+    accelerate = Path(sys.executable).parent / "accelerate"
+    cmd = [str(accelerate), "launch", "--config_file", str(ROOT / "configs/accelerate/cpu.yaml"), str(ROOT / "train/sft.py"), "--config", str(config), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+
+
+def test_accelerate_launch_trains_saves_and_resumes(tmp_path, tiny_model, train_file):
+    from transformers import AutoTokenizer
+
+    from train.data import read_examples, token_length
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    lengths = sorted(token_length(e, tokenizer) for e in read_examples(train_file))
+    max_length = lengths[len(lengths) * 2 // 3] - 1  # about a third of the examples are too long
+    out = tmp_path / "adapter"
+    config = write_config(tmp_path / "sft.yaml", tiny_model, train_file, out, max_length=max_length)
+    done = launch(config, "--learning_rate", "0.02")
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((out / "training_record.json").read_text())
+    losses = [p["loss"] for p in record["loss"]]
+    assert len(losses) == 12 and sum(losses[-3:]) / 3 < sum(losses[:3]) / 3  # it learns
+    assert record["config"]["training"]["learning_rate"] == 0.02  # the override won over the YAML
+    assert record["examples"]["eval"] > 0 and record["final_eval_loss"] is not None
+    too_long = record["length"]["train"]["too_long"] + record["length"]["eval"]["too_long"]
+    assert too_long == sum(n > max_length for n in lengths) > 0
+    assert record["examples"]["train"] + record["examples"]["eval"] == len(lengths) - too_long
+    assert (out / "loss.png").stat().st_size > 0
+    assert (out / "adapter_config.json").exists() and (out / "adapter_model.safetensors").exists()
+
+    # the adapter reloads with PEFT and generates
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), out)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        generated = model.generate(**ids, max_new_tokens=5, do_sample=False)
+    assert generated.shape[1] > ids["input_ids"].shape[1]
+
+    # --resume picks up the last checkpoint and trains to a later max_steps
+    again = launch(config, "--resume", "true", "--max_steps", "14")
+    assert again.returncode == 0, again.stderr[-3000:]
+    resumed = json.loads((out / "training_record.json").read_text())
+    assert resumed["resumed_from"].endswith("checkpoint-12")
+    assert [p["step"] for p in resumed["loss"]][-2:] == [13, 14]
+
+
+def test_only_completion_tokens_carry_loss(tiny_model, train_file):
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from train.data import read_examples
+
+    [example] = read_examples(train_file)[:1]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    args = SFTConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, max_length=4096, report_to="none")
+    trainer = SFTTrainer(model=str(tiny_model), args=args, train_dataset=Dataset.from_list([{"prompt": example["prompt"], "completion": example["completion"]}]), processing_class=tokenizer)
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    labels = batch["labels"][0].tolist()
+    prompt_len = len(tokenizer.apply_chat_template(example["prompt"], add_generation_prompt=True, tokenize=True)["input_ids"])
+    assert all(l == -100 for l in labels[:prompt_len])
+    completion = labels[prompt_len:]
+    assert completion and all(l != -100 for l in completion)
+    assert tokenizer.decode(completion).startswith(example["completion"][0]["content"])
+
+
+def test_too_long_examples_can_be_refused(tmp_path, tiny_model, train_file):
+    config = write_config(tmp_path / "sft.yaml", tiny_model, train_file, tmp_path / "out", max_length=50, too_long="fail")
+    done = launch(config)
+    assert done.returncode != 0 and "exceed max_length=50" in done.stderr

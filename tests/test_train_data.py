@@ -1,0 +1,46 @@
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastvista.records_io import RecordError
+from train.data import enforce_max_length, read_examples, split_by_dialogue
+
+
+def examples_of(turns_per_dialogue: list[int]) -> list[dict]:
+    return [
+        {"id": f"d{d}#{t}", "dialogue_id": f"d{d}", "prompt": [], "completion": []}
+        for d, n in enumerate(turns_per_dialogue)
+        for t in range(n)
+    ]
+
+
+@settings(max_examples=100)
+@given(st.lists(st.integers(1, 6), min_size=2, max_size=40), st.floats(0.05, 0.5), st.integers(0, 5))
+def test_split_holds_out_whole_dialogues(turns, fraction, seed):
+    examples = examples_of(turns)
+    train, held_out = split_by_dialogue(examples, fraction, seed)
+    train_ids = {e["dialogue_id"] for e in train}
+    eval_ids = {e["dialogue_id"] for e in held_out}
+    assert not train_ids & eval_ids
+    assert len(train) + len(held_out) == len(examples)
+    assert 1 <= len(eval_ids) < len(turns)
+    assert (train, held_out) == split_by_dialogue(examples, fraction, seed)  # reproducible
+
+
+def test_long_examples_are_counted_then_dropped_or_refused():
+    examples = examples_of([3])
+    kept, report = enforce_max_length(examples, [10, 50, 20], max_length=30, policy="drop")
+    assert [e["id"] for e in kept] == ["d0#0", "d0#2"]
+    assert report["too_long"] == 1 and report["too_long_ids"] == ["d0#1"] and report["max_tokens_seen"] == 50
+    with pytest.raises(ValueError, match="d0#1 \\(50 tokens\\)"):
+        enforce_max_length(examples, [10, 50, 20], max_length=30, policy="fail")
+
+
+def test_read_examples_names_the_line_and_field(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(examples_of([1])[0]) + "\n" + json.dumps({"prompt": [], "completion": []}) + "\n")
+    with pytest.raises(RecordError) as err:
+        read_examples(path)
+    assert (err.value.line, err.value.field) == (2, "dialogue_id")

@@ -1,0 +1,42 @@
+"""What a training run reports beyond the loss: the loss plot and the parse rate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def plot_losses(record: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if record["loss"]:
+        ax.plot([p["step"] for p in record["loss"]], [p["loss"] for p in record["loss"]], label="train")
+    if record["eval_loss"]:
+        ax.plot([p["step"] for p in record["eval_loss"]], [p["eval_loss"] for p in record["eval_loss"]], "o-", label="validation")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (completion tokens)")
+    ax.set_title(f"student SFT on {Path(record['train_file']).name}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_rate(base: str, adapter: str, examples: list[dict], dtype: str | None) -> dict:
+    """Greedy answers of the trained student to validation prompts: the share that parses."""
+    from fastvista.llm import BackendConfig, ChatRequest, make_backend
+    from fastvista.single_pass import FormatError, parse_output
+
+    backend = make_backend(BackendConfig(kind="hf", model=base, dtype=dtype or "auto", lora_adapters={"student": adapter}))
+    requests = [ChatRequest(messages=e["prompt"], max_tokens=256, lora="student") for e in examples]
+    parsed = 0
+    for completion in backend.generate(requests):
+        try:
+            parse_output(completion.text)
+            parsed += 1
+        except FormatError:
+            pass
+    return {"examples": len(examples), "parsed": parsed, "share": parsed / len(examples)}

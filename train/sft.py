@@ -1,0 +1,141 @@
+"""Train the single-pass student: LoRA on a chat model with TRL's SFTTrainer.
+
+    accelerate launch train/sft.py --config configs/sft/llama31_8b_lora.yaml [--any_key value]
+
+Modelled on TRL's `trl/scripts/sft.py`: dataclass configs read by TrlParser (a YAML `--config`,
+any key overridable on the command line) and a thin main. The data are the teacher's
+`train.jsonl` (conversational prompt/completion, so the loss falls on the completion only), split
+by dialogue; examples longer than `max_length` are counted and dropped or refused, never cut.
+Writes the adapter and tokenizer (PEFT layout, loadable by `PeftModel.from_pretrained` and by
+vLLM's `LoRARequest`), `training_record.json`, `loss.png`, and optionally a merged model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script by accelerate
+
+
+@dataclass
+class StudentArguments:
+    train_file: str = field(metadata={"help": "The teacher's train.jsonl, or a datasets folder (save_to_disk)."})
+    eval_fraction: float = field(default=0.1, metadata={"help": "Share of dialogues held out for validation."})
+    split_seed: int = field(default=0, metadata={"help": "Seed of the split by dialogue."})
+    too_long: str = field(default="drop", metadata={"help": "Examples over max_length: 'drop' (counted) or 'fail'."})
+    merge: bool = field(default=False, metadata={"help": "Also save the base model merged with the adapter in OUTPUT/merged."})
+    resume: bool = field(default=False, metadata={"help": "Resume from the last checkpoint in output_dir, if there is one."})
+    parse_check: int = field(default=0, metadata={"help": "Greedy-decode this many validation prompts and report the share that parses."})
+
+
+def peak_memory_mb() -> float:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def prepare(student_args: StudentArguments, tokenizer, max_length: int):
+    from train.data import enforce_max_length, read_examples, split_by_dialogue, token_length
+
+    examples = read_examples(student_args.train_file)
+    train, held_out = split_by_dialogue(examples, student_args.eval_fraction, student_args.split_seed)
+    reports = {}
+    for name in ("train", "eval"):
+        rows = train if name == "train" else held_out
+        lengths = [token_length(e, tokenizer) for e in rows]
+        kept, reports[name] = enforce_max_length(rows, lengths, max_length, student_args.too_long)
+        if name == "train":
+            train = kept
+        else:
+            held_out = kept
+    return train, held_out, reports
+
+
+def main(student_args: StudentArguments, training_args, model_args) -> dict:
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import SFTTrainer, get_peft_config
+
+    from fastvista.models import resolve_model
+    from train.data import file_hash
+    from train.report import parse_rate, plot_losses
+
+    started = time.perf_counter()
+    base = resolve_model(model_args.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    if training_args.max_length is None:
+        raise ValueError("set max_length: examples longer than it are counted and dropped, never truncated")
+    train, held_out, length_reports = prepare(student_args, tokenizer, training_args.max_length)
+    columns = ("prompt", "completion")
+    train_ds = Dataset.from_list([{k: e[k] for k in columns} for e in train])
+    eval_ds = Dataset.from_list([{k: e[k] for k in columns} for e in held_out]) if held_out else None
+    if eval_ds is None:
+        training_args.eval_strategy = "no"
+    training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
+    trainer = SFTTrainer(
+        model=base,
+        args=training_args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+    checkpoint = get_last_checkpoint(training_args.output_dir) if student_args.resume and os.path.isdir(training_args.output_dir) else None
+    if student_args.resume and checkpoint is None:
+        trainer.accelerator.print(f"--resume: no checkpoint in {training_args.output_dir}, starting fresh")
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    eval_metrics = trainer.evaluate() if eval_ds is not None else {}
+    out = Path(training_args.output_dir)
+    trainer.save_model(str(out))
+    record = {}
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(str(out))
+        history = trainer.state.log_history
+        tokens = max((h.get("num_tokens", 0) for h in history), default=0)
+        record = {
+            "base_model": model_args.model_name_or_path,
+            "train_file": student_args.train_file,
+            "data_sha256": file_hash(student_args.train_file),
+            "examples": {"train": len(train), "eval": len(held_out), "dialogues_eval": len({e["dialogue_id"] for e in held_out})},
+            "length": length_reports,
+            "loss": [{"step": h["step"], "loss": h["loss"]} for h in history if "loss" in h],
+            "eval_loss": [{"step": h["step"], "eval_loss": h["eval_loss"]} for h in history if "eval_loss" in h],
+            "final_eval_loss": eval_metrics.get("eval_loss"),
+            "train_runtime_s": result.metrics.get("train_runtime"),
+            "tokens": tokens,
+            "tokens_per_s": tokens / result.metrics["train_runtime"] if result.metrics.get("train_runtime") else None,
+            "peak_memory_mb": round(peak_memory_mb(), 1),
+            "resumed_from": checkpoint,
+            "config": {"student": asdict(student_args), "model": asdict(model_args), "training": training_args.to_dict()},
+        }
+        plot_losses(record, out / "loss.png")
+        if student_args.merge:
+            merged = trainer.model.merge_and_unload()
+            merged.save_pretrained(str(out / "merged"))
+            tokenizer.save_pretrained(str(out / "merged"))
+        if student_args.parse_check and held_out:
+            record["parse_check"] = parse_rate(base, str(out), held_out[: student_args.parse_check], model_args.dtype)
+        record["wall_time_s"] = round(time.perf_counter() - started, 1)
+        (out / "training_record.json").write_text(json.dumps(record, indent=2, default=str))
+        trainer.accelerator.print(f"adapter, training_record.json and loss.png in {out}")
+    return record
+
+
+def make_parser():
+    from trl import ModelConfig, SFTConfig, TrlParser
+
+    return TrlParser((StudentArguments, SFTConfig, ModelConfig))
+
+
+if __name__ == "__main__":
+    student_args, training_args, model_args = make_parser().parse_args_and_config()
+    main(student_args, training_args, model_args)
