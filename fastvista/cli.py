@@ -53,13 +53,14 @@ def data_convert(
     option: List[str] = typer.Option([], "--option", help="Loader option KEY=VALUE, e.g. wow_file=PATH (ais), assistant=agent_1 (topical_chat)."),
 ):
     """Map a benchmark's own files into fastvista's dialogue records (JSONL)."""
-    from fastvista.loaders import load
+    from fastvista.config import DataSelection, load_dialogues
     from fastvista.records_io import RecordError, to_json_line, write_jsonl
-    from fastvista.selection import select
 
     skipped: list[RecordError] = []
     try:
-        records = list(select(load(source, path, skipped if skip_bad else None, **parse_options(option)), limit, min_scored_turns, max_scored_turns))
+        selection = DataSelection(input=str(path), source=source, options=parse_options(option), limit=limit,
+                                  min_scored_turns=min_scored_turns, max_scored_turns=max_scored_turns)
+        records = load_dialogues(selection, skipped if skip_bad else None)
     except (RecordError, ValueError) as e:
         fail(str(e))
     n = write_jsonl(out, records)
@@ -141,8 +142,10 @@ def synth(
     Kill it at any time and run the same command again: finished dialogues are kept and every
     finished LLM call is answered from the cache.
     """
+    from fastvista.models import ModelError
     from fastvista.records_io import RecordError
-    from synth.run import load_config, main
+    from fastvista.config import load_config
+    from synth.run import main
 
     overrides = list(set_)
     for key, value in [("data.input", input), ("data.source", source), ("data.limit", limit),
@@ -152,11 +155,99 @@ def synth(
     try:
         tree = load_config(str(config) if config else None, overrides)
         summary = main(tree, out, skip_bad=skip_bad, progress=not quiet)
-    except (RecordError, ValueError) as e:
+    except (RecordError, ValueError, ModelError) as e:
         fail(str(e))
     keys = ["dialogues", "scored_turns", "claims_per_turn", "label_distribution", "calls_per_turn", "gold_turn_accuracy", "training_examples", "inputs_skipped"]
     typer.echo(json.dumps({k: summary.get(k) for k in keys if k in summary}, indent=2))
     typer.echo(f"outputs in {out}/ (summary.json, labelled.jsonl, train.jsonl, skipped.jsonl)")
+
+
+@app.command("score")
+def score(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (configs/score/*.yaml): backend with the adapter, student settings, data."),
+    input: Optional[str] = typer.Option(None, "--input", "-i", help="Input file (overrides data.input)."),
+    source: Optional[str] = typer.Option(None, help=SOURCE_HELP + " (overrides data.source)"),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder: results.jsonl, summary.json, report.html, skipped.jsonl."),
+    limit: Optional[int] = typer.Option(None, help="Score only the first N dialogues."),
+    skip_bad: bool = typer.Option(False, help="Skip bad input records (listed with reasons in skipped.jsonl) instead of stopping."),
+    set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set backend.kind=openai --set student.retries=0."),
+    quiet: bool = typer.Option(False, help="No progress bar and no table."),
+):
+    """Score dialogues with the student: one call per turn, claims with labels and confidences.
+
+    Every scored turn ends as a result or as a reported parse error. Re-running the command
+    resumes: dialogues already in results.jsonl are kept.
+    """
+    from fastvista.config import load_config
+    from fastvista.models import ModelError
+    from fastvista.records_io import RecordError
+    from infer.run import main
+
+    overrides = list(set_)
+    for key, value in [("data.input", input), ("data.source", source), ("data.limit", limit)]:
+        if value is not None:
+            overrides.append(f"{key}={json.dumps(value)}")
+    try:
+        summary = main(load_config(str(config) if config else None, overrides), out, skip_bad=skip_bad, progress=not quiet)
+    except (RecordError, ValueError, ModelError) as e:
+        fail(str(e))
+    if not quiet:
+        from rich.console import Console
+
+        from fastvista.schema import ScoredDialogue
+        from infer.report import terminal_table
+
+        scored = [ScoredDialogue.model_validate_json(l) for l in (out / "results.jsonl").read_text().splitlines()]
+        Console().print(terminal_table(scored))
+    keys = ["dialogues", "scored_turns", "turns_unparsed", "claims_per_turn", "label_distribution", "system_scores", "gold_turn_accuracy"]
+    typer.echo(json.dumps({k: summary.get(k) for k in keys if k in summary}, indent=2))
+    typer.echo(f"outputs in {out}/ (results.jsonl, summary.json, report.html, skipped.jsonl)")
+
+
+@app.command("serve")
+def serve(
+    model: str = typer.Option(..., help="Base model: an embedded name, a folder or a hub id."),
+    adapter: List[str] = typer.Option([], help="NAME=FOLDER of a LoRA adapter to serve (repeatable); clients ask for NAME as the model."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8000),
+    max_model_len: int = typer.Option(4096, help="Longest prompt plus answer, in tokens; longer requests get an error."),
+    gpu_memory_utilization: float = typer.Option(0.9, help="Share of accelerator (or, on CPU, KV-cache) memory vLLM may use."),
+    max_lora_rank: int = typer.Option(64),
+    tensor_parallel_size: int = typer.Option(1, help="GPUs to split the model over."),
+    dtype: str = typer.Option("auto"),
+    allow_runtime_lora: bool = typer.Option(False, help="Let clients load adapters at run time (off: only the adapters named here)."),
+    log: Path = typer.Option(Path("runs/serve.log"), help="Where the server's output goes."),
+    timeout: float = typer.Option(900, help="Seconds to wait for the server to become healthy."),
+    dry_run: bool = typer.Option(False, help="Print the vllm serve command and exit."),
+):
+    """Start `vllm serve` with the student's adapter and wait until it is healthy.
+
+    Then point any OpenAI client, or `fastvista score --set backend.kind=openai
+    --set backend.base_url=http://HOST:PORT/v1 --set backend.model=NAME`, at it.
+    """
+    from fastvista.models import ModelError, resolve_model
+    from infer.serve import serve_command, start, wait_healthy
+
+    try:
+        adapters = dict(item.split("=", 1) for item in adapter)
+        cmd = serve_command(resolve_model(model), adapters, host, port, max_model_len, gpu_memory_utilization,
+                            max_lora_rank, tensor_parallel_size, dtype)
+    except (ValueError, ModelError) as e:
+        fail(str(e))
+    typer.echo(" ".join(cmd))
+    if dry_run:
+        return
+    process = start(cmd, log, allow_runtime_lora)
+    try:
+        wait_healthy(f"http://{host}:{port}", process, timeout, log)
+        typer.echo(f"ready: http://{host}:{port}/v1 (models: {', '.join(adapters) or model}); log in {log}; Ctrl-C stops it")
+        process.wait()
+    except (RuntimeError, TimeoutError) as e:
+        process.terminate()
+        fail(str(e))
+    except KeyboardInterrupt:
+        process.terminate()
+        process.wait()
 
 
 if __name__ == "__main__":

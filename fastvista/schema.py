@@ -74,12 +74,15 @@ class Usage(Record):
 class TurnResult(Record):
     index: int
     claims: list[Claim]
-    score: float
+    score: Optional[float]  # None only when the model's answer never parsed (see parse_error)
     no_claims: bool
     hallucinated: bool
     store_after: list[str] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     errors: list[str] = Field(default_factory=list)
+    # The student's last unparseable answer, when no attempt parsed: the turn is reported, not scored.
+    parse_error: Optional[str] = None
+    raw_output: Optional[str] = None
 
 
 class ScoredDialogue(Record):

@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from fastvista.labels import Label
+from fastvista.schema import Dialogue, ScoredDialogue, TurnResult, Usage
 
 
 def turn_score(labels: Sequence[Label]) -> float:
@@ -30,3 +31,16 @@ def system_scores(dialogues: Iterable[tuple[str | None, Iterable[Sequence[Label]
     for system, turns in dialogues:
         by_system[system].extend(l for turn in turns for l in turn)
     return {system: turn_score(labels) for system, labels in by_system.items()}
+
+
+def scored_dialogue(dialogue: Dialogue, results: list[TurnResult]) -> ScoredDialogue:
+    """A dialogue's record of results: the VISTA score over the turns that were scored (a turn
+    reported with a parse error has no labels to count) and the summed usage."""
+    usage = Usage()
+    for r in results:
+        usage = usage.add(r.usage)
+    labels = [[c.label for c in r.claims] for r in results if r.parse_error is None]
+    return ScoredDialogue(
+        id=dialogue.id, source=dialogue.source, system=dialogue.system, score=dialogue_score(labels),
+        turns=results, usage=usage, dialogue=dialogue,
+    )

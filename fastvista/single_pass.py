@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 from fastvista.labels import Label
 from fastvista.schema import Claim, Dialogue
@@ -41,13 +42,18 @@ MAX_CLAIM_CHARS = 300
 _CLAIM_LINE_RE = re.compile(rf"^(\d+)\. ([^|\n]+?) \| ({_LABELS})$")
 
 
-def _numbered_lines(k: int) -> str:
-    line = rf"{k}\. [^|\n]{{1,{MAX_CLAIM_CHARS}}} \| ({_LABELS})"
-    return line if k == MAX_CLAIMS else rf"{line}(\n{_numbered_lines(k + 1)})?"
+@lru_cache(maxsize=16)
+def output_regex(max_claims: int = MAX_CLAIMS, max_claim_chars: int = MAX_CLAIM_CHARS) -> str:
+    """The whole answer as one regex, for structured outputs: NONE, or claims numbered 1, 2, ...
+    Its longest match is bounded, so an answer forced into it always ends."""
+    pattern = ""
+    for k in range(max_claims, 0, -1):
+        line = rf"{k}\. [^|\n]{{1,{max_claim_chars}}} \| ({_LABELS})"
+        pattern = rf"{line}(\n{pattern})?" if pattern else line
+    return rf"({NO_CLAIMS}|{pattern})"
 
 
-# The whole answer as one regex, for vLLM structured outputs: NONE, or claims numbered 1, 2, ...
-OUTPUT_REGEX = rf"({NO_CLAIMS}|{_numbered_lines(1)})"
+OUTPUT_REGEX = output_regex()
 
 
 class FormatError(ValueError):
@@ -126,8 +132,13 @@ def render_messages(user_message: str) -> list[dict]:
 def student_messages(dialogue: Dialogue, index: int, store: Sequence[str], history_turns: int = HISTORY_TURNS) -> list[dict]:
     """The student's chat messages for turn `index` of a dialogue, given the store before it."""
     turn = dialogue.turns[index]
-    history = [(t.role, t.text) for t in dialogue.turns[:index]][-history_turns:] if history_turns else []
-    return render_messages(render_user_message(store, turn.reference, history, turn.text))
+    history = [(t.role, t.text) for t in dialogue.turns[:index]]
+    return render_messages(render_user_message(store, turn.reference, recent(history, history_turns), turn.text))
+
+
+def recent(history: Sequence[tuple[str, str]], history_turns: int) -> list[tuple[str, str]]:
+    """The last `history_turns` entries (none for 0)."""
+    return list(history[-history_turns:]) if history_turns else []
 
 
 def render_target(claims: Sequence[Claim]) -> str:

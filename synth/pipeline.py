@@ -12,18 +12,17 @@ LLM calls per turn = 1 + claims + unverifiable claims (plus retries of unreadabl
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 
 from pydantic import BaseModel, ConfigDict
 
 from fastvista.labels import REMEMBERED_LABELS, UNVERIFIABLE_CLASSES, Label
 from fastvista.llm import ChatRequest, Completion
-from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult, Usage
-from fastvista.scoring import dialogue_score, is_hallucinated, turn_score
-from fastvista.single_pass import normalise_claim
+from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult
+from fastvista.scoring import is_hallucinated, scored_dialogue, turn_score
+from fastvista.scheduler import ask, usage_of
+from fastvista.single_pass import FormatError, normalise_claim, recent
 from synth import prompts
-
-Step = Generator[list[ChatRequest], list[Completion], object]
 
 
 class TeacherConfig(BaseModel):
@@ -42,8 +41,8 @@ class TeacherConfig(BaseModel):
     label_max_tokens: int = 8
 
 
-class Unreadable(ValueError):
-    """A model answer the parser cannot read."""
+class Unreadable(FormatError):
+    """A teacher answer the parser cannot read."""
 
 
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s*")
@@ -89,46 +88,6 @@ def parse_class(text: str) -> Label:
     return _first_word_of(text, _CLASS_WORDS)
 
 
-def ask(
-    requests: list[ChatRequest], parse: Callable, cfg: TeacherConfig, usage: list[Completion]
-) -> Generator[list[ChatRequest], list[Completion], list[tuple[object, str | None]]]:
-    """Send requests; retry unreadable answers with sampling; (value, error) per request."""
-    values: list = [None] * len(requests)
-    errors: list[str | None] = [None] * len(requests)
-    pending = list(range(len(requests)))
-    for attempt in range(cfg.retries + 1):
-        if not pending:
-            break
-        batch = [
-            requests[i]
-            if attempt == 0
-            else requests[i].model_copy(update={"temperature": cfg.retry_temperature, "seed": attempt})
-            for i in pending
-        ]
-        completions = yield batch
-        usage.extend(completions)
-        failed = []
-        for i, c in zip(pending, completions):
-            try:
-                if c.error:
-                    raise Unreadable(c.error)
-                values[i], errors[i] = parse(c.text), None
-            except Unreadable as e:
-                errors[i] = f"{e} (attempt {attempt + 1})"
-                failed.append(i)
-        pending = failed
-    return list(zip(values, errors))
-
-
-def _usage(completions: list[Completion]) -> Usage:
-    return Usage(
-        calls=len(completions),
-        prompt_tokens=sum(c.prompt_tokens for c in completions),
-        completion_tokens=sum(c.completion_tokens for c in completions),
-        cached_calls=sum(c.cached for c in completions),
-    )
-
-
 def label_turn(
     history: list[tuple[str, str]], text: str, reference: str | None, store: list[str], cfg: TeacherConfig
 ) -> Generator[list[ChatRequest], list[Completion], tuple[list[Claim], list[str], list[Completion]]]:
@@ -139,7 +98,7 @@ def label_turn(
         messages=prompts.decompose_messages(history if cfg.history else [], text, cfg.few_shot),
         max_tokens=cfg.decompose_max_tokens,
     )
-    [(claim_texts, error)] = yield from ask([decompose], parse_claims, cfg, completions)
+    [(claim_texts, error, _)] = yield from ask([decompose], parse_claims, cfg.retries, cfg.retry_temperature, completions)
     if error:
         errors.append(f"decompose: {error}")
         claim_texts = []
@@ -151,9 +110,9 @@ def label_turn(
         ChatRequest(messages=prompts.verify_messages(store, reference, c, cfg.few_shot), max_tokens=cfg.label_max_tokens)
         for c in claim_texts
     ]
-    verdicts = yield from ask(verify, parse_verdict, cfg, completions)
-    labels: list[Label | None] = [Label.VERIFIED if ok else None for ok, _ in verdicts]
-    claim_errors: list[str | None] = [f"verify: {e}" if e else None for _, e in verdicts]
+    verdicts = yield from ask(verify, parse_verdict, cfg.retries, cfg.retry_temperature, completions)
+    labels: list[Label | None] = [Label.VERIFIED if ok else None for ok, _, _ in verdicts]
+    claim_errors: list[str | None] = [f"verify: {e}" if e else None for _, e, _ in verdicts]
 
     unverifiable = [i for i, l in enumerate(labels) if l is None]
     classify = [
@@ -163,8 +122,8 @@ def label_turn(
         )
         for i in unverifiable
     ]
-    classes = yield from ask(classify, parse_class, cfg, completions)
-    for i, (label, error) in zip(unverifiable, classes):
+    classes = yield from ask(classify, parse_class, cfg.retries, cfg.retry_temperature, completions)
+    for i, (label, error, _) in zip(unverifiable, classes):
         # An unreadable class falls back to LACKING_EVIDENCE (unsafe, so never hides a problem).
         labels[i] = label or Label.LACKING_EVIDENCE
         if error:
@@ -180,7 +139,7 @@ def label_dialogue(dialogue: Dialogue, cfg: TeacherConfig) -> Generator[list[Cha
     results: list[TurnResult] = []
     for index in dialogue.scored_indices():
         turn = dialogue.turns[index]
-        history = [(t.role, t.text) for t in dialogue.turns[:index]][-cfg.history_turns :] if cfg.history_turns else []
+        history = recent([(t.role, t.text) for t in dialogue.turns[:index]], cfg.history_turns)
         claims, errors, completions = yield from label_turn(history, turn.text, turn.reference, store, cfg)
         if cfg.accumulate:
             store.extend(c.text for c in claims if c.label in REMEMBERED_LABELS and c.text not in store)
@@ -193,19 +152,8 @@ def label_dialogue(dialogue: Dialogue, cfg: TeacherConfig) -> Generator[list[Cha
                 no_claims=not claims,
                 hallucinated=is_hallucinated(labels),
                 store_after=list(store),
-                usage=_usage(completions),
+                usage=usage_of(completions),
                 errors=errors,
             )
         )
-    usage = Usage()
-    for r in results:
-        usage = usage.add(r.usage)
-    return ScoredDialogue(
-        id=dialogue.id,
-        source=dialogue.source,
-        system=dialogue.system,
-        score=dialogue_score([[c.label for c in r.claims] for r in results]),
-        turns=results,
-        usage=usage,
-        dialogue=dialogue,
-    )
+    return scored_dialogue(dialogue, results)

@@ -6,21 +6,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Optional
-
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from fastvista.config import DataSelection, load_dialogues
 from fastvista.llm import BackendConfig, make_backend
-from fastvista.loaders import load
 from fastvista.records_io import RecordError, to_json_line, write_jsonl
 from fastvista.schema import ScoredDialogue
-from fastvista.selection import select
 from fastvista.single_pass import HISTORY_TURNS
 from synth.pipeline import TeacherConfig, label_dialogue
 from synth.prompts import PROMPTS_VERSION
-from synth.scheduler import run
-from synth.summary import summarise
+from fastvista.scheduler import run
+from fastvista.summary import summarise
 from synth.training_set import training_examples
 
 
@@ -33,48 +29,12 @@ class SynthConfig(BaseModel):
     student_history_turns: int = HISTORY_TURNS
 
 
-class DataSelection(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    input: str
-    source: str = "jsonl"
-    options: dict = Field(default_factory=dict)  # loader options, e.g. wow_file for AIS
-    limit: Optional[int] = None
-    min_scored_turns: int = 0
-    max_scored_turns: Optional[int] = None
-
-
-def set_key(tree: dict, dotted: str, value) -> None:
-    """Apply one `a.b.c=value` override to a nested dict."""
-    *parents, leaf = dotted.split(".")
-    for p in parents:
-        tree = tree.setdefault(p, {})
-    tree[leaf] = value
-
-
-def load_config(path: str | None, overrides: list[str]) -> dict:
-    tree = yaml.safe_load(Path(path).read_text()) if path else {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"override {item!r} is not KEY=VALUE")
-        set_key(tree, key.strip(), yaml.safe_load(value))
-    return tree
-
-
 def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = True) -> dict:
     data = DataSelection.model_validate(tree.pop("data", None) or {})
     config = SynthConfig.model_validate(tree)
     out_dir.mkdir(parents=True, exist_ok=True)
     skipped: list[RecordError] = []
-    dialogues = list(
-        select(
-            load(data.source, data.input, skipped if skip_bad else None, **data.options),
-            data.limit,
-            data.min_scored_turns,
-            data.max_scored_turns,
-        )
-    )
+    dialogues = load_dialogues(data, skipped if skip_bad else None)
     provenance = {
         "teacher_model": config.backend.model,
         "backend": config.backend.kind,
@@ -94,6 +54,7 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
         total=len(dialogues),
         provenance=provenance,
         progress=progress,
+        desc="teacher",
     )
     wanted = {d.id for d in dialogues}
     scored = [

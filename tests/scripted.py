@@ -51,3 +51,41 @@ class ScriptedBackend:
             Completion(text=answer(r), prompt_tokens=sum(len(m["content"].split()) for m in r.messages), completion_tokens=3)
             for r in requests
         ]
+
+
+def student_answer(request: ChatRequest) -> str:
+    """The single-pass answer by the same rules: one claim per sentence of [TURN]."""
+    sections = split_sections(request.messages[-1]["content"])
+    turn = sections["[TURN]"]
+    if "BROKEN" in turn or ("FLAKY" in turn and request.temperature == 0):
+        return "Sorry, here are the claims: Paris | MAYBE"
+    evidence = (sections["[REFERENCE]"] + "\n" + sections["[KNOWLEDGE STORE]"]).lower()
+    lines = []
+    for sentence in [s.strip() for s in turn.split(".") if s.strip() and not s.strip().endswith("?")]:
+        claim = sentence.replace("FLAKY", "").strip()
+        if claim.lower() in evidence:
+            label = "VERIFIED"
+        elif claim.startswith("I "):
+            label = "OUT_OF_SCOPE"
+        else:
+            label = "LACKING_EVIDENCE"
+        lines.append(f"{len(lines) + 1}. {claim}. | {label}")
+    return "\n".join(lines) or "NONE"
+
+
+class ScriptedStudent(ScriptedBackend):
+    """The student's stand-in: logprobs spell the answer one character at a time (-0.1 each)."""
+
+    supports_constraints = True
+
+    def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        from fastvista.llm import TokenLogprob
+
+        self.requests.extend(requests)
+        self.batches.append(len(requests))
+        answers = [student_answer(r) for r in requests]
+        return [
+            Completion(text=a, prompt_tokens=len(r.messages[-1]["content"].split()), completion_tokens=len(a),
+                       logprobs=[TokenLogprob(token=ch, logprob=-0.1) for ch in a] if r.logprobs else None)
+            for r, a in zip(requests, answers)
+        ]

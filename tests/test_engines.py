@@ -1,6 +1,5 @@
 """The teacher and the backends on real engines, with a tiny random model built locally."""
 
-import json
 import re
 
 import pytest
@@ -11,7 +10,7 @@ from fastvista.schema import ScoredDialogue
 from fastvista.single_pass import parse_output
 from synth.pipeline import TeacherConfig, label_dialogue
 from synth.run import main
-from synth.scheduler import run
+from fastvista.scheduler import run
 from tests.test_pipeline import museum_dialogue
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,8 @@ from fastvista.schema import Dialogue, Turn
 from fastvista.single_pass import SYSTEM_PROMPT, parse_output, split_sections
 from synth import prompts
 from synth.pipeline import TeacherConfig, label_dialogue, parse_claims, parse_class, parse_verdict
-from synth.scheduler import run
+from fastvista.scheduler import drive as run_machine
+from fastvista.scheduler import run
 from synth.training_set import training_examples
 from tests.scripted import ScriptedBackend
 
@@ -34,13 +35,7 @@ def museum_dialogue(i: int = 0) -> Dialogue:
 
 
 def drive(dialogue, cfg, backend):
-    gen = label_dialogue(dialogue, cfg)
-    try:
-        requests = next(gen)
-        while True:
-            requests = gen.send(backend.generate(requests))
-    except StopIteration as stop:
-        return stop.value
+    return run_machine(label_dialogue(dialogue, cfg), backend)
 
 
 def test_labels_store_and_call_counts():

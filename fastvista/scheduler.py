@@ -1,6 +1,6 @@
-"""Drives many dialogues' state machines at once: each round, the pending requests of every
-active dialogue go to the engine as one batch, so the engine stays full although each dialogue
-is sequential. Finished dialogues are appended (and fsynced) to the output at once; a killed run
+"""Drives many dialogues' state machines (the teacher's or the student's) at once: each round,
+the pending requests of every active dialogue go to the engine as one batch, so the engine stays
+full although each dialogue is sequential. Finished dialogues are appended (and fsynced) to the output at once; a killed run
 resumes by skipping the dialogues already written and answering the rest from the call cache.
 """
 
@@ -8,16 +8,76 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from fastvista.llm import Backend
+from fastvista.llm import Backend, ChatRequest, Completion
 from fastvista.records_io import to_json_line
-from fastvista.schema import Dialogue, ScoredDialogue
+from fastvista.schema import Dialogue, ScoredDialogue, Usage
+from fastvista.single_pass import FormatError
+
+Answer = tuple[object, "str | None", Completion]  # parsed value (None if never), last error, completion
+
+
+def ask(
+    requests: list[ChatRequest],
+    parse: Callable[[str], object],
+    retries: int,
+    retry_temperature: float,
+    completions: list[Completion],
+) -> Generator[list[ChatRequest], list[Completion], list[Answer]]:
+    """Send requests (from inside a state machine); retry answers that `parse` rejects with a
+    FormatError, sampling with a new seed each attempt. Every completion received is appended to
+    `completions` (for the usage count); returns, per request, the parsed value or None, the last
+    error, and the completion that parsed (or the last one)."""
+    values: list = [None] * len(requests)
+    errors: list[str | None] = [None] * len(requests)
+    last: list = [None] * len(requests)
+    pending = list(range(len(requests)))
+    for attempt in range(retries + 1):
+        if not pending:
+            break
+        batch = [
+            requests[i] if attempt == 0 else requests[i].model_copy(update={"temperature": retry_temperature, "seed": attempt})
+            for i in pending
+        ]
+        answers = yield batch
+        completions.extend(answers)
+        failed = []
+        for i, c in zip(pending, answers):
+            last[i] = c
+            try:
+                if c.error:
+                    raise FormatError(c.error)
+                values[i], errors[i] = parse(c.text), None
+            except FormatError as e:
+                errors[i] = f"{e} (attempt {attempt + 1})"
+                failed.append(i)
+        pending = failed
+    return list(zip(values, errors, last))
+
+
+def drive(machine: Generator, backend: Backend):
+    """Run one state machine to its end on `backend`, one batch at a time; returns its value."""
+    try:
+        requests = next(machine)
+        while True:
+            requests = machine.send(backend.generate(requests))
+    except StopIteration as stop:
+        return stop.value
+
+
+def usage_of(completions: list[Completion]) -> Usage:
+    return Usage(
+        calls=len(completions),
+        prompt_tokens=sum(c.prompt_tokens for c in completions),
+        completion_tokens=sum(c.completion_tokens for c in completions),
+        cached_calls=sum(c.cached for c in completions),
+    )
 
 
 @dataclass
@@ -62,6 +122,7 @@ def run(
     total: int | None = None,
     provenance: dict | None = None,
     progress: bool = True,
+    desc: str = "dialogues",
 ) -> RunStats:
     """Run `machine(dialogue)` generators to completion, appending results to `out_path`.
 
@@ -75,7 +136,7 @@ def run(
     seen: set[str] = set()
     source = iter(dialogues)
     active: dict[str, tuple[object, list]] = {}
-    bar = tqdm(total=total, unit="dlg", desc="teacher", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=total, unit="dlg", desc=desc, disable=not progress, dynamic_ncols=True)
 
     with open(out_path, "a", encoding="utf-8") as out:
 

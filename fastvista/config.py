@@ -1,0 +1,48 @@
+"""Run configuration shared by the stages: which data a run reads, and YAML with overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from fastvista.loaders import load
+from fastvista.records_io import RecordError
+from fastvista.schema import Dialogue
+from fastvista.selection import select
+
+
+class DataSelection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input: str
+    source: str = "jsonl"
+    options: dict = Field(default_factory=dict)  # loader options, e.g. wow_file for AIS
+    limit: Optional[int] = None
+    min_scored_turns: int = 0
+    max_scored_turns: Optional[int] = None
+
+
+def set_key(tree: dict, dotted: str, value) -> None:
+    """Apply one `a.b.c=value` override to a nested dict."""
+    *parents, leaf = dotted.split(".")
+    for p in parents:
+        tree = tree.setdefault(p, {})
+    tree[leaf] = value
+
+
+def load_config(path: str | None, overrides: list[str]) -> dict:
+    tree = yaml.safe_load(Path(path).read_text()) if path else {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} is not KEY=VALUE")
+        set_key(tree, key.strip(), yaml.safe_load(value))
+    return tree
+
+
+def load_dialogues(data: DataSelection, skipped: list[RecordError] | None) -> list[Dialogue]:
+    """The selected dialogues; bad records raise, or are collected in `skipped` when given."""
+    return list(select(load(data.source, data.input, skipped, **data.options), data.limit, data.min_scored_turns, data.max_scored_turns))

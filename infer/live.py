@@ -1,0 +1,47 @@
+"""Live use: score one new assistant turn of a running conversation.
+
+The dialogue state (the student's knowledge store and the history) is a small JSON-serialisable
+record, so a guard can keep it anywhere (a session store, a cookie, a database row) between turns:
+
+    scorer = LiveScorer(make_backend(BackendConfig(kind="openai", base_url=..., model="student")))
+    state = DialogueState()
+    state = state.with_user("Who painted the Mona Lisa?")
+    result, state = scorer.score(state, "Leonardo da Vinci painted it in 1503.", reference=passage)
+    if result.hallucinated: ...
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fastvista.llm import Backend
+from fastvista.scheduler import drive
+from fastvista.schema import TurnResult
+from fastvista.single_pass import recent, render_messages, render_user_message
+from infer.student import StudentConfig, score_turn
+
+
+class DialogueState(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    store: list[str] = Field(default_factory=list)
+    history: list[tuple[Literal["user", "assistant"], str]] = Field(default_factory=list)
+
+    def with_user(self, text: str) -> "DialogueState":
+        return self.model_copy(update={"history": [*self.history, ("user", text)]})
+
+
+class LiveScorer:
+    def __init__(self, backend: Backend, config: Optional[StudentConfig] = None):
+        self.backend = backend
+        self.config = config or StudentConfig()
+
+    def score(self, state: DialogueState, text: str, reference: str | None = None) -> tuple[TurnResult, DialogueState]:
+        """Score `text` as the next assistant turn; returns its result and the state after it."""
+        cfg = self.config
+        message = render_user_message(state.store, reference, recent(state.history, cfg.history_turns), text)
+        constrained = self.backend.supports_constraints and cfg.constrain
+        result = drive(score_turn(render_messages(message), len(state.history), state.store, cfg, constrained), self.backend)
+        return result, DialogueState(store=result.store_after, history=[*state.history, ("assistant", text)])

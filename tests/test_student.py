@@ -1,0 +1,93 @@
+import json
+import math
+
+from fastvista.labels import Label
+from fastvista.llm import TokenLogprob
+from fastvista.scheduler import drive, run
+from fastvista.schema import Claim, Dialogue, Turn
+from fastvista.single_pass import OUTPUT_REGEX, split_sections
+from infer.live import DialogueState, LiveScorer
+from infer.student import StudentConfig, label_confidences, score_dialogue
+from tests.scripted import ScriptedStudent
+
+
+def chat(i: int = 0, second: str = "The Louvre is in Paris. The Louvre is huge.") -> Dialogue:
+    return Dialogue(
+        id=f"s{i}",
+        system="a" if i % 2 else "b",
+        turns=[
+            Turn(role="user", text=f"Where is the Louvre {i}?"),
+            Turn(role="assistant", text="The Louvre is in Paris. I like it.", reference="The Louvre is in Paris."),
+            Turn(role="user", text="More?"),
+            # "The Louvre is in Paris." is only in the store now, not in this reference
+            Turn(role="assistant", text=second, reference="Unrelated."),
+        ],
+    )
+
+
+def test_store_threads_from_the_students_own_claims():
+    backend = ScriptedStudent()
+    result = drive(score_dialogue(chat(), StudentConfig(), constrained=True), backend)
+    first, second = result.turns
+    assert [c.label for c in first.claims] == [Label.VERIFIED, Label.OUT_OF_SCOPE]
+    assert first.store_after == ["The Louvre is in Paris.", "I like it."]
+    store = split_sections(backend.requests[1].messages[-1]["content"])["[KNOWLEDGE STORE]"]
+    assert store == "1. The Louvre is in Paris.\n2. I like it."
+    assert [c.label for c in second.claims] == [Label.VERIFIED, Label.LACKING_EVIDENCE]
+    assert second.hallucinated and result.score == 3 / 4
+    assert all(r.regex == OUTPUT_REGEX and r.lora == "student" for r in backend.requests)
+    assert [t.usage.calls for t in result.turns] == [1, 1]
+
+
+def test_unparseable_answers_are_retried_then_reported_not_dropped():
+    backend = ScriptedStudent()
+    flaky = drive(score_dialogue(chat(second="The Louvre is huge FLAKY."), StudentConfig(retries=2), True), backend)
+    assert flaky.turns[1].parse_error is None and flaky.turns[1].usage.calls == 2
+    assert flaky.turns[1].errors == ["student: 1 unparseable answer(s) before one parsed"]
+    broken = drive(score_dialogue(chat(second="BROKEN."), StudentConfig(retries=2), True), ScriptedStudent())
+    turn = broken.turns[1]
+    assert turn.parse_error and turn.score is None and turn.usage.calls == 3
+    assert turn.raw_output.startswith("Sorry")
+    assert broken.score == 1.0  # the dialogue score counts the turns that were scored
+    assert turn.store_after == broken.turns[0].store_after
+
+
+def test_without_constraints_no_regex_is_sent():
+    backend = ScriptedStudent()
+    drive(score_dialogue(chat(), StudentConfig(adapter=None), constrained=False), backend)
+    assert all(r.regex is None and r.lora is None for r in backend.requests)
+
+
+def test_a_wave_batches_the_next_turn_of_every_open_dialogue(tmp_path):
+    backend = ScriptedStudent()
+    dialogues = [chat(i) for i in range(20)]
+    run(dialogues, lambda d: score_dialogue(d, StudentConfig(), True), lambda: backend, tmp_path / "r.jsonl", progress=False)
+    assert backend.batches == [20, 20]
+
+
+def test_confidence_comes_from_the_label_tokens():
+    text = "1. A. | VERIFIED\n2. B. | CONTRADICTED"
+    claims = [Claim(text="A.", label=Label.VERIFIED), Claim(text="B.", label=Label.CONTRADICTED)]
+    tokens = [TokenLogprob(token=ch, logprob=-0.5 if ch == "C" else 0.0) for ch in text]
+    assert label_confidences(text, tokens, claims) == [1.0, round(math.exp(-1.0), 4)]  # two C's
+    assert label_confidences(text, tokens[:-1], claims) == [None, None]  # tokens do not spell the text
+    scored = drive(score_dialogue(chat(), StudentConfig(), True), ScriptedStudent())
+    assert scored.turns[0].claims[0].confidence == round(math.exp(-0.1 * len("VERIFIED")), 4)
+
+
+def test_live_scoring_matches_batch_scoring_and_its_state_is_json():
+    backend = ScriptedStudent()
+    scorer = LiveScorer(backend)
+    d = chat()
+    state = DialogueState()
+    results = []
+    for turn in d.turns:
+        if turn.role == "user":
+            state = state.with_user(turn.text)
+            continue
+        result, state = scorer.score(state, turn.text, turn.reference)
+        state = DialogueState.model_validate(json.loads(state.model_dump_json()))  # through storage
+        results.append(result)
+    batch = drive(score_dialogue(d, StudentConfig(), True), ScriptedStudent())
+    assert [r.model_dump() for r in results] == [r.model_dump() for r in batch.turns]
+    assert state.history[-1] == ("assistant", d.turns[-1].text) and state.store == batch.turns[-1].store_after
