@@ -74,7 +74,7 @@ class Usage(Record):
 class TurnResult(Record):
     index: int
     claims: list[Claim]
-    score: Optional[float]  # None only when the model's answer never parsed (see parse_error)
+    score: Optional[float] = None  # None only when the answer never parsed (see parse_error)
     no_claims: bool
     hallucinated: bool
     store_after: list[str] = Field(default_factory=list)

@@ -10,7 +10,8 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from fastvista.llm import ChatRequest
-from tests.scripted import answer
+from fastvista.single_pass import SYSTEM_PROMPT
+from tests.scripted import answer, student_answer
 
 
 class FakeOpenAI:
@@ -35,7 +36,8 @@ class FakeOpenAI:
                     self.end_headers()
                     return
                 time.sleep(server.delay)
-                text = answer(ChatRequest(messages=body["messages"]))
+                request = ChatRequest(messages=body["messages"], temperature=body.get("temperature", 0.0))
+                text = (student_answer if body["messages"][0]["content"] == SYSTEM_PROMPT else answer)(request)
                 reply = {
                     "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],

@@ -91,3 +91,28 @@ def test_live_scoring_matches_batch_scoring_and_its_state_is_json():
     batch = drive(score_dialogue(d, StudentConfig(), True), ScriptedStudent())
     assert [r.model_dump() for r in results] == [r.model_dump() for r in batch.turns]
     assert state.history[-1] == ("assistant", d.turns[-1].text) and state.store == batch.turns[-1].store_after
+
+
+def test_score_command_writes_results_summary_and_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from fastvista.cli import app
+    from fastvista.records_io import write_jsonl
+    from tests.fake_openai import FakeOpenAI
+
+    inputs = tmp_path / "in.jsonl"
+    write_jsonl(inputs, [chat(i) for i in range(3)] + [chat(3, second="BROKEN.")])
+    with FakeOpenAI() as server:
+        args = ["score", "-i", str(inputs), "-o", str(tmp_path / "out"), "--set", "backend.kind=openai",
+                "--set", "backend.model=student", "--set", f"backend.base_url={server.url}", "--set", "student.retries=1"]
+        done = CliRunner().invoke(app, args)
+        assert done.exit_code == 0, done.output
+        bodies = [json.loads(b) for b in server.received]
+    assert all("structured_outputs" in b and b["model"] == "student" for b in bodies)
+    summary = json.loads((tmp_path / "out/summary.json").read_text())
+    assert summary["dialogues"] == 4 and summary["scored_turns"] == 8 and summary["turns_unparsed"] == 1
+    # system a: dialogue 1 (3 of 4 claims safe) and dialogue 3 (2 of 2; its second turn unparsed)
+    assert summary["system_scores"] == {"b": 3 / 4, "a": (3 + 2) / (4 + 2)}
+    html = (tmp_path / "out/report.html").read_text()
+    assert html.count('class="claim"') == 5 + 3 * 4 + 2  # the legend, then every claim
+    assert "unparsed: " in html and "s3" in done.output

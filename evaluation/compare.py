@@ -1,0 +1,100 @@
+"""Compare scorers: a scorer against the teacher (agreement) and against human labels (accuracy).
+
+Turns are matched by (dialogue id, turn index). Turns missing from one side, or reported with a
+parse error, are counted and listed, not dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from fastvista.schema import ScoredDialogue, TurnResult
+from fastvista.scoring import system_scores
+from evaluation.metrics import accuracy, align, correlation, decision_agreement, label_report, token_f1_matrix
+
+Similarity = Callable[[Sequence[str], Sequence[str]], np.ndarray]
+
+
+def _turns(scored: list[ScoredDialogue]) -> dict[tuple[str, int], TurnResult]:
+    return {(d.id, t.index): t for d in scored for t in d.turns}
+
+
+def claim_agreement(pairs: list[tuple[list, list]], similarity: Similarity, threshold: float) -> dict:
+    """Align predicted claims to reference claims turn by turn; recall, precision, label report."""
+    aligned_pred, aligned_ref = [], []
+    n_pred = n_ref = 0
+    for predicted, reference in pairs:
+        n_pred, n_ref = n_pred + len(predicted), n_ref + len(reference)
+        if not predicted or not reference:
+            continue
+        matrix = similarity([c.text for c in predicted], [c.text for c in reference])
+        for i, j in align(predicted, reference, matrix, threshold):
+            aligned_pred.append(predicted[i].label.value)
+            aligned_ref.append(reference[j].label.value)
+    counts = ([len(p) for p, _ in pairs], [len(r) for _, r in pairs])
+    return {
+        "claims_predicted": n_pred,
+        "claims_reference": n_ref,
+        "aligned": len(aligned_ref),
+        "recall": round(len(aligned_ref) / n_ref, 4) if n_ref else None,
+        "precision": round(len(aligned_pred) / n_pred, 4) if n_pred else None,
+        "labels_on_aligned": label_report(aligned_pred, aligned_ref),
+        "claim_count_correlation": correlation(*counts, n_boot=200),
+        "threshold": threshold,
+    }
+
+
+def agreement(scorer: list[ScoredDialogue], teacher: list[ScoredDialogue], similarity: Similarity = token_f1_matrix, threshold: float = 0.5) -> dict:
+    """How closely `scorer` agrees with the teacher on the same dialogues."""
+    mine, theirs = _turns(scorer), _turns(teacher)
+    both = sorted(set(mine) & set(theirs))
+    usable = [k for k in both if mine[k].parse_error is None and theirs[k].parse_error is None]
+    dialogues = {d.id: d for d in scorer}
+    teacher_dialogues = {d.id: d for d in teacher}
+    shared = sorted(set(dialogues) & set(teacher_dialogues))
+
+    def systems(side: dict) -> dict:
+        return system_scores((side[i].system, [[c.label for c in t.claims] for t in side[i].turns if t.parse_error is None]) for i in shared)
+
+    sys_a, sys_b = systems(dialogues), systems(teacher_dialogues)
+    names = sorted(sys_a, key=str)
+    return {
+        "turns": {"matched": len(both), "usable": len(usable), "only_scorer": len(set(mine) - set(theirs)),
+                  "only_teacher": len(set(theirs) - set(mine)), "unparsed": [f"{i}#{t}" for i, t in both if (i, t) not in set(usable)]},
+        "turn_score": correlation([mine[k].score for k in usable], [theirs[k].score for k in usable]),
+        "dialogue_score": correlation([dialogues[i].score for i in shared], [teacher_dialogues[i].score for i in shared]),
+        "system_score": {"systems": {str(s): [round(sys_a[s], 4), round(sys_b[s], 4)] for s in names},
+                         **correlation([sys_a[s] for s in names], [sys_b[s] for s in names], n_boot=200)},
+        "hallucinated_decision": decision_agreement([mine[k].hallucinated for k in usable], [theirs[k].hallucinated for k in usable]),
+        "claims": claim_agreement([(mine[k].claims, theirs[k].claims) for k in usable], similarity, threshold),
+    }
+
+
+def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1_matrix, threshold: float = 0.5) -> dict:
+    """Accuracy of a scorer's turn decisions (and, where humans wrote claims, its claim labels)."""
+    by_source: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
+    claim_pairs, unlabelled, unparsed = [], 0, 0
+    for d in scored:
+        for t in d.turns:
+            gold = d.dialogue.turns[t.index].gold
+            if gold is None or gold.label is None:
+                unlabelled += 1
+                continue
+            if t.parse_error is not None:
+                unparsed += 1
+                continue
+            by_source[d.source].append((t.hallucinated, gold.label == "hallucinated"))
+            if gold.claims is not None:
+                claim_pairs.append((t.claims, gold.claims))
+    every = [p for pairs in by_source.values() for p in pairs]
+    result = {
+        "turns": {"labelled": len(every), "unlabelled": unlabelled, "unparsed": unparsed},
+        "turn_accuracy": accuracy([p for p, _ in every], [g for _, g in every]),
+        "turn_accuracy_by_source": {s: accuracy([p for p, _ in v], [g for _, g in v]) for s, v in sorted(by_source.items())},
+    }
+    if claim_pairs:
+        result["claims"] = claim_agreement(claim_pairs, similarity, threshold)
+    return result

@@ -1,0 +1,75 @@
+import math
+
+import numpy as np
+
+from evaluation.compare import against_gold, agreement
+from evaluation.metrics import align, correlation, decision_agreement, label_report, token_f1
+from fastvista.labels import Label
+from fastvista.scheduler import drive
+
+from infer.student import StudentConfig, score_dialogue
+from synth.pipeline import TeacherConfig, label_dialogue
+from tests.scripted import ScriptedBackend, ScriptedStudent
+from tests.test_pipeline import museum_dialogue
+
+
+def test_correlation_with_bootstrap_interval():
+    x = np.arange(20.0)
+    r = correlation(x, 2 * x + 1)
+    assert r["pearson"] == 1.0 and r["spearman"] == 1.0 and r["pearson_ci95"] == [1.0, 1.0]
+    noisy = correlation(x, x + np.random.default_rng(0).normal(0, 5, 20))
+    assert noisy["pearson_ci95"][0] < noisy["pearson"] < noisy["pearson_ci95"][1]
+    assert correlation([1, 1, 1], [1, 2, 3])["pearson"] is None
+
+
+def test_kappa_is_zero_for_chance_and_one_for_identity():
+    assert decision_agreement([True, False, True, False], [True, False, True, False])["kappa"] == 1.0
+    chance = decision_agreement([True, True, False, False], [True, False, True, False])
+    assert chance["agreement"] == 0.5 and chance["kappa"] == 0.0
+
+
+def test_alignment_is_one_to_one_and_thresholded():
+    predicted = ["The Louvre is in Paris.", "It has a pyramid.", "Cats sleep."]
+    reference = ["The Louvre is located in Paris.", "The Louvre has a glass pyramid."]
+    sim = np.array([[token_f1(p, r) for r in reference] for p in predicted])
+    pairs = align(predicted, reference, sim, threshold=0.3)
+    assert sorted(pairs) == [(0, 0), (1, 1)]
+    assert align(predicted, reference, sim, threshold=0.99) == []
+
+
+def test_label_report_keeps_every_label_in_the_confusion_matrix():
+    report = label_report(["VERIFIED", "CONTRADICTED", "VERIFIED"], ["VERIFIED", "LACKING_EVIDENCE", "VERIFIED"])
+    assert report["accuracy"] == round(2 / 3, 4)
+    assert len(report["confusion"]) == 5 and sum(map(sum, report["confusion"])) == 3
+    assert report["f1"]["VERIFIED"] == 1.0 and report["f1"]["CONTRADICTED"] == 0.0
+    assert math.isclose(report["macro_f1"], 1 / 3, abs_tol=1e-4)  # three labels present
+
+
+def test_student_against_teacher_on_the_same_dialogues():
+    dialogues = [museum_dialogue(i) for i in range(6)]
+    teacher = [drive(label_dialogue(d, TeacherConfig()), ScriptedBackend()) for d in dialogues]
+    student = [drive(score_dialogue(d, StudentConfig(), True), ScriptedStudent()) for d in dialogues]
+    report = agreement(student, teacher)
+    assert report["turns"]["matched"] == report["turns"]["usable"] == 18
+    claims = report["claims"]
+    # both split turns into the same sentences: every claim aligns
+    assert claims["recall"] == claims["precision"] == 1.0
+    # the scripted student never says CONTRADICTED where the teacher does (1 claim per dialogue)
+    assert claims["labels_on_aligned"]["accuracy"] == round(1 - 6 / claims["aligned"], 4)
+    assert report["hallucinated_decision"]["agreement"] == 1.0
+    self_report = agreement(teacher, teacher)
+    assert self_report["claims"]["labels_on_aligned"]["accuracy"] == 1.0
+
+
+def test_against_gold_counts_unlabelled_turns():
+    d = museum_dialogue(0)
+    d.turns[1].gold = None
+    from fastvista.schema import Gold, GoldClaim
+
+    d.turns[3].gold = Gold(label="hallucinated", claims=[GoldClaim(text="The Mona Lisa hangs in the Louvre.", label=Label.VERIFIED)])
+    d.turns[5].gold = Gold(label="hallucinated")
+    scored = drive(label_dialogue(d, TeacherConfig()), ScriptedBackend())
+    report = against_gold([scored])
+    assert report["turns"] == {"labelled": 2, "unlabelled": 1, "unparsed": 0}
+    assert report["turn_accuracy"]["accuracy"] == 0.5  # turn 3 hallucinated (right), turn 5 faithful (wrong)
+    assert report["claims"]["recall"] == 1.0 and report["claims"]["labels_on_aligned"]["accuracy"] == 1.0
