@@ -19,8 +19,69 @@ app = typer.Typer(
 )
 data_app = typer.Typer(help="Convert benchmark files into dialogue records and describe them.", no_args_is_help=True)
 models_app = typer.Typer(help="The embedded default models (installed from PyPI, pinned by sha256).", no_args_is_help=True)
+eval_app = typer.Typer(help="Compare scorers: agreement with the teacher, accuracy against human labels.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
+app.add_typer(eval_app, name="eval")
+
+
+def read_scored(path: Path) -> list:
+    from fastvista.schema import ScoredDialogue
+
+    if not path.exists():
+        fail(f"{path}: no such file")
+    return [ScoredDialogue.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_report(report: dict, out: Optional[Path]) -> None:
+    text = json.dumps(report, indent=2)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        typer.echo(f"wrote {out}")
+    else:
+        typer.echo(text)
+
+
+def similarity_function(name: str):
+    if name == "token_f1":
+        from evaluation.metrics import token_f1_matrix
+
+        return token_f1_matrix
+    if name == "embedding":
+        from evaluation.embedding import embedding_matrix
+
+        return embedding_matrix
+    fail(f"unknown similarity {name!r}: token_f1 or embedding")
+
+
+@eval_app.command("agreement")
+def eval_agreement(
+    scorer: Path = typer.Argument(..., help="A scorer's results (results.jsonl of `fastvista score`, or labelled.jsonl)."),
+    teacher: Path = typer.Argument(..., help="The teacher's labelled.jsonl on the same dialogues."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
+    threshold: float = typer.Option(0.5, help="Least similarity for two claims to be aligned."),
+    similarity: str = typer.Option("token_f1", help="Claim similarity: token_f1, or embedding (all-MiniLM-L6-v2; pip install fastvista[embed])."),
+):
+    """Agreement with the teacher: turn, dialogue and system score correlations (Pearson and
+    Spearman with bootstrap 95% intervals), hallucination decisions (kappa), aligned claim labels."""
+    from evaluation.compare import agreement
+
+    write_report(agreement(read_scored(scorer), read_scored(teacher), similarity_function(similarity), threshold), out)
+
+
+@eval_app.command("gold")
+def eval_gold(
+    scored: Path = typer.Argument(..., help="Any scorer's results on dialogues with human labels."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
+    threshold: float = typer.Option(0.5, help="Least similarity for a claim to align with a human claim."),
+    similarity: str = typer.Option("token_f1", help="Claim similarity: token_f1, or embedding (all-MiniLM-L6-v2; pip install fastvista[embed])."),
+):
+    """Accuracy against human labels: turn decisions per source, and claim labels where humans
+    wrote claims (VISTA's re-annotation)."""
+    from evaluation.compare import against_gold
+
+    write_report(against_gold(read_scored(scored), similarity_function(similarity), threshold), out)
 
 
 def fail(message: str) -> None:

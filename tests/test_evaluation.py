@@ -73,3 +73,10 @@ def test_against_gold_counts_unlabelled_turns():
     assert report["turns"] == {"labelled": 2, "unlabelled": 1, "unparsed": 0}
     assert report["turn_accuracy"]["accuracy"] == 0.5  # turn 3 hallucinated (right), turn 5 faithful (wrong)
     assert report["claims"]["recall"] == 1.0 and report["claims"]["labels_on_aligned"]["accuracy"] == 1.0
+
+
+def test_embedding_similarity_prefers_paraphrases():
+    from evaluation.embedding import embedding_matrix
+
+    sim = embedding_matrix(["The Louvre is located in Paris."], ["The museum called the Louvre is in Paris, France.", "Cats sleep fifteen hours a day."])
+    assert sim.shape == (1, 2) and sim[0, 0] > 0.6 > sim[0, 1]
