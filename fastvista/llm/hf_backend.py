@@ -109,12 +109,9 @@ class HFBackend:
         result = []
         for step, token_id in enumerate(ids):
             logp = torch.log_softmax(scores[step][row].float(), dim=-1)
-            top = torch.topk(logp, k)
-            result.append(
-                TokenLogprob(
-                    token=self.tokenizer.decode([token_id]),
-                    logprob=float(logp[token_id]),
-                    top={self.tokenizer.decode([int(t)]): float(v) for t, v in zip(top.indices, top.values)},
-                )
-            )
+            best = torch.topk(logp, k)
+            top: dict[str, float] = {}
+            for t, v in zip(best.indices, best.values):  # best first: a text shared by two tokens keeps the better
+                top.setdefault(self.tokenizer.decode([int(t)]), float(v))
+            result.append(TokenLogprob(token=self.tokenizer.decode([token_id]), logprob=float(logp[token_id]), top=top))
         return result

@@ -28,6 +28,7 @@ class VLLMBackend:
             gpu_memory_utilization=config.gpu_memory_utilization,
             tensor_parallel_size=config.tensor_parallel_size,
             enable_prefix_caching=config.enable_prefix_caching,
+            kv_cache_memory_bytes=config.kv_cache_memory_bytes,
             seed=0,
         )
         if config.lora_adapters:
@@ -87,13 +88,10 @@ class VLLMBackend:
             logprobs = []
             for token_id, step in zip(o.token_ids, o.logprobs):
                 chosen = step[token_id]
-                logprobs.append(
-                    TokenLogprob(
-                        token=chosen.decoded_token or "",
-                        logprob=chosen.logprob,
-                        top={(lp.decoded_token or ""): lp.logprob for lp in step.values()},
-                    )
-                )
+                top: dict[str, float] = {}
+                for lp in sorted(step.values(), key=lambda lp: -lp.logprob):  # a shared text keeps the better
+                    top.setdefault(lp.decoded_token or "", lp.logprob)
+                logprobs.append(TokenLogprob(token=chosen.decoded_token or "", logprob=chosen.logprob, top=top))
         return Completion(
             text=o.text,
             prompt_tokens=len(out.prompt_token_ids or []),
