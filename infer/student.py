@@ -29,6 +29,8 @@ class StudentConfig(BaseModel):
     adapter: Optional[str] = "student"  # the LoRA adapter's name in the backend; None: the base model
     history_turns: int = HISTORY_TURNS
     max_tokens: int = 512
+    temperature: float = 0.0  # greedy by default; with a seed, sampling is reproducible
+    seed: Optional[int] = None
     constrain: bool = True  # force the format with a regex where the engine supports it
     max_claims: int = MAX_CLAIMS  # bounds of the forced format (max_tokens must cover them)
     max_claim_chars: int = MAX_CLAIM_CHARS
@@ -37,24 +39,25 @@ class StudentConfig(BaseModel):
     logprobs: int = 1  # > 0: a confidence per claim from its label tokens' log-probabilities
 
 
-def label_confidences(text: str, logprobs: list[TokenLogprob] | None, claims: list[Claim]) -> list[float | None]:
+def label_confidences(logprobs: list[TokenLogprob] | None, claims: list[Claim]) -> list[float | None]:
     """Probability the model gave each claim's label: exp of the summed log-probabilities of the
-    tokens that spell it (after the claim's ` | `)."""
+    tokens that spell it (after the claim's ` | `). Located in the tokens' own text, which matches
+    the answer's wherever the format is (ASCII separators and labels)."""
     if not logprobs:
         return [None] * len(claims)
     spans, offset = [], 0
     for token in logprobs:
         spans.append((offset, offset + len(token.token), token.logprob))
         offset += len(token.token)
-    if offset != len(text):  # tokens do not spell the text (e.g. stripped): no reliable alignment
-        return [None] * len(claims)
+    joined = "".join(t.token for t in logprobs)
     confidences, cursor = [], 0
     for claim in claims:
-        start = text.index(" | " + claim.label.value, cursor) + 3
-        end = start + len(claim.label.value)
-        cursor = end
-        total = sum(lp for s, e, lp in spans if s < end and e > start)
-        confidences.append(round(math.exp(total), 4))
+        start = joined.find(" | " + claim.label.value, cursor)
+        if start < 0:
+            return [None] * len(claims)
+        start += 3
+        cursor = end = start + len(claim.label.value)
+        confidences.append(math.exp(sum(lp for s, e, lp in spans if s < end and e > start)))
     return confidences
 
 
@@ -62,6 +65,8 @@ def student_request(messages: list[dict], cfg: StudentConfig, constrained: bool)
     return ChatRequest(
         messages=messages,
         max_tokens=cfg.max_tokens,
+        temperature=cfg.temperature,
+        seed=cfg.seed,
         regex=output_regex(cfg.max_claims, cfg.max_claim_chars) if constrained and cfg.constrain else None,
         lora=cfg.adapter,
         logprobs=cfg.logprobs,
@@ -81,7 +86,7 @@ def score_turn(
             index=index, claims=[], score=None, no_claims=False, hallucinated=False, store_after=list(store),
             usage=usage_of(completions), errors=[f"student: {error}"], parse_error=error, raw_output=completion.text,
         )
-    for claim, confidence in zip(claims, label_confidences(completion.text, completion.logprobs, claims)):
+    for claim, confidence in zip(claims, label_confidences(completion.logprobs, claims)):
         claim.confidence = confidence
     labels = [c.label for c in claims]
     new_store = list(store) + [c.text for c in claims if c.label in REMEMBERED_LABELS and c.text not in store]

@@ -69,10 +69,11 @@ def test_confidence_comes_from_the_label_tokens():
     text = "1. A. | VERIFIED\n2. B. | CONTRADICTED"
     claims = [Claim(text="A.", label=Label.VERIFIED), Claim(text="B.", label=Label.CONTRADICTED)]
     tokens = [TokenLogprob(token=ch, logprob=-0.5 if ch == "C" else 0.0) for ch in text]
-    assert label_confidences(text, tokens, claims) == [1.0, round(math.exp(-1.0), 4)]  # two C's
-    assert label_confidences(text, tokens[:-1], claims) == [None, None]  # tokens do not spell the text
+    assert label_confidences(tokens, claims) == [1.0, math.exp(-1.0)]  # two C's in CONTRADICTED
+    assert label_confidences(tokens[:-3], claims) == [None, None]  # the second label is cut off
+    assert label_confidences(None, claims) == [None, None]
     scored = drive(score_dialogue(chat(), StudentConfig(), True), ScriptedStudent())
-    assert scored.turns[0].claims[0].confidence == round(math.exp(-0.1 * len("VERIFIED")), 4)
+    assert math.isclose(scored.turns[0].claims[0].confidence, math.exp(-0.1 * len("VERIFIED")))
 
 
 def test_live_scoring_matches_batch_scoring_and_its_state_is_json():
