@@ -44,3 +44,16 @@ def test_read_examples_names_the_line_and_field(tmp_path):
     with pytest.raises(RecordError) as err:
         read_examples(path)
     assert (err.value.line, err.value.field) == (2, "dialogue_id")
+
+
+@pytest.mark.parametrize("name", ["llama31_8b_lora.yaml", "smollm2_cpu.yaml"])
+def test_shipped_configs_parse_and_overrides_win(name):
+    from pathlib import Path
+
+    from train.sft import make_parser
+
+    config = Path(__file__).parent.parent / "configs" / "sft" / name
+    on_this_cpu = ["--bf16", "false", "--use_cpu", "true"]  # the 8B config is for GPUs; here only its parsing
+    student, training, model = make_parser().parse_args_and_config(["--config", str(config), "--train_file", "x.jsonl", "--learning_rate", "0.123", *on_this_cpu])
+    assert student.train_file == "x.jsonl" and training.learning_rate == 0.123
+    assert model.use_peft and training.max_length >= 2048 and student.too_long == "drop"
