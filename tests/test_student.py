@@ -117,3 +117,17 @@ def test_score_command_writes_results_summary_and_report(tmp_path):
     html = (tmp_path / "out/report.html").read_text()
     assert html.count('class="claim"') == 5 + 3 * 4 + 2  # the legend, then every claim
     assert "unparsed: " in html and "s3" in done.output
+
+
+def test_serve_command_names_adapters_and_keeps_runtime_loading_off(monkeypatch):
+    from infer.serve import serve_command, server_env
+
+    cmd = serve_command("base", {"student": "/a", "other": "/b"}, port=9000, tensor_parallel_size=4, kv_cache_memory_bytes=2**28)
+    assert "base" in cmd and cmd[cmd.index("--port") + 1] == "9000"
+    assert cmd[cmd.index("--lora-modules") + 1 :][:2] == ["student=/a", "other=/b"]
+    assert cmd[cmd.index("--max-loras") + 1] == "2" and cmd[cmd.index("--tensor-parallel-size") + 1] == "4"
+    assert "--enable-prefix-caching" in cmd and "--kv-cache-memory-bytes" in cmd
+    assert "--enable-lora" not in serve_command("base", {})
+    monkeypatch.setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in server_env()
+    assert server_env(allow_runtime_lora=True)["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"

@@ -18,7 +18,7 @@ from .common import binary_gold, csv_rows, require
 
 NEEDS_WOW = (
     "AIS rows hold no passage or history: pass Wizard of Wikipedia's test_random_split.json "
-    "as wow_file (fastvista data convert ais ... --wow-file PATH)"
+    "as wow_file (fastvista data convert ais ann_wow.csv --option wow_file=PATH -o OUT)"
 )
 
 
