@@ -1,0 +1,97 @@
+"""Assemble `report.md` from the evaluation's JSON outputs: agreement with the teacher, accuracy
+against human labels (each scorer beside the trivial baselines), and the measured speedup.
+
+    python -m evaluation.report --agreement runs/eval/agreement.json \\
+        --gold student=runs/eval/gold_student.json --gold teacher=runs/eval/gold_teacher.json \\
+        --speed runs/speed/speed.json --out runs/report.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _ci(block: dict, key: str = "pearson") -> str:
+    value, ci = block.get(key), block.get(f"{key}_ci95")
+    if value is None:
+        return "n/a"
+    return f"{value:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{value:.3f}"
+
+
+def agreement_section(a: dict) -> list[str]:
+    claims = a["claims"]
+    labels = claims["labels_on_aligned"]
+    return [
+        "## Agreement with the teacher",
+        "",
+        f"{a['turns']['usable']} turns matched ({len(a['turns']['unparsed'])} unparsed on either side).",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| turn score, Pearson [95% CI] | {_ci(a['turn_score'])} |",
+        f"| turn score, Spearman [95% CI] | {_ci(a['turn_score'], 'spearman')} |",
+        f"| dialogue score, Pearson [95% CI] | {_ci(a['dialogue_score'])} |",
+        f"| system score, Pearson ({len(a['system_score']['systems'])} systems) | {_ci(a['system_score'])} |",
+        f"| hallucinated decision: agreement / Cohen's kappa | {a['hallucinated_decision']['agreement']} / {a['hallucinated_decision']['kappa']} |",
+        f"| claims: recall / precision of alignment | {claims['recall']} / {claims['precision']} |",
+        f"| aligned claims: label accuracy / macro-F1 | {labels['accuracy']} / {labels['macro_f1']} |",
+        f"| claims per turn, Pearson | {_ci(claims['claim_count_correlation'])} |",
+        "",
+    ]
+
+
+def gold_section(golds: dict[str, dict]) -> list[str]:
+    sources = sorted({s for g in golds.values() for s in g["turn_accuracy_by_source"]})
+    names = list(golds)
+    lines = ["## Accuracy against human labels (hallucinated or not, per turn)", "",
+             "| source | n | " + " | ".join(names) + " | always hallucinated | always faithful |",
+             "|---|---|" + "---|" * (len(names) + 2)]
+    for s in sources:
+        first = next(g["turn_accuracy_by_source"][s] for g in golds.values() if s in g["turn_accuracy_by_source"])
+        cells = [str(g["turn_accuracy_by_source"].get(s, {}).get("accuracy", "–")) for g in golds.values()]
+        lines.append(f"| {s} | {first['n']} | " + " | ".join(cells) + f" | {first['always_hallucinated']} | {first['always_faithful']} |")
+    overall = next(iter(golds.values()))["turn_accuracy"]
+    cells = [str(g["turn_accuracy"]["accuracy"]) for g in golds.values()]
+    lines.append(f"| **all** | {overall['n']} | " + " | ".join(cells) + f" | {overall.get('always_hallucinated')} | {overall.get('always_faithful')} |")
+    claim_rows = [(n, g["claims"]) for n, g in golds.items() if "claims" in g]
+    if claim_rows:
+        lines += ["", "Claims against human claims (VISTA's re-annotation):", "",
+                  "| scorer | recall | precision | label accuracy | macro-F1 |", "|---|---|---|---|---|"]
+        lines += [f"| {n} | {c['recall']} | {c['precision']} | {c['labels_on_aligned']['accuracy']} | {c['labels_on_aligned']['macro_f1']} |" for n, c in claim_rows]
+    return lines + [""]
+
+
+def speed_section(s: dict) -> list[str]:
+    rows = ["## Speed (same engine, same base model, same dialogues)", "", f"Engine: {s['engine']}; {s['dialogues']} dialogues.", "",
+            "| scorer | turns | calls/turn | prompt tok/turn | completion tok/turn | rounds | wall s | turns/s |", "|---|---|---|---|---|---|---|---|"]
+    for name in ("teacher", "student"):
+        r = s[name]
+        rows.append(f"| {name} | {r['turns']} | {r['calls_per_turn']} | {r['prompt_tokens_per_turn']} | {r['completion_tokens_per_turn']} | {r['rounds']} | {r['wall_seconds']} | {r['turns_per_second']} |")
+    return rows + ["", f"**Speedup: {s['speedup']}x** (student turns/s over teacher turns/s).", ""]
+
+
+def main(argv=None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--agreement", type=Path)
+    parser.add_argument("--gold", action="append", default=[], help="NAME=gold.json (repeatable)")
+    parser.add_argument("--speed", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("runs/report.md"))
+    args = parser.parse_args(argv)
+    lines = ["# fastvista evaluation report", ""]
+    if args.agreement:
+        lines += agreement_section(json.loads(args.agreement.read_text()))
+    if args.gold:
+        lines += gold_section({name: json.loads(Path(p).read_text()) for name, p in (g.split("=", 1) for g in args.gold)})
+    if args.speed:
+        lines += speed_section(json.loads(args.speed.read_text()))
+    text = "\n".join(lines)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
