@@ -93,19 +93,31 @@ class RunStats:
     duplicates: list[str] = field(default_factory=list)
 
 
-def finished_ids(path: Path) -> set[str]:
-    """Ids already written to `path`; a torn last line (killed mid-write) is cut off."""
+def method_of(provenance: dict) -> dict:
+    """The part of a provenance that decides the labels (not which data were selected)."""
+    return {k: v for k, v in provenance.items() if k != "data"}
+
+
+def finished_ids(path: Path, provenance: dict | None = None) -> set[str]:
+    """Ids already written to `path`; a torn last line (killed mid-write) is cut off. Results made
+    with another method (model, prompts, settings) are refused rather than mixed in."""
     if not path.exists():
         return set()
     done, good_bytes = set(), 0
     with open(path, "rb") as f:
-        for raw in f:
+        for n, raw in enumerate(f, 1):
             try:
                 if not raw.endswith(b"\n"):
                     raise ValueError("torn line")
-                done.add(ScoredDialogue.model_validate_json(raw).id)
+                record = ScoredDialogue.model_validate_json(raw)
             except (ValueError, ValidationError):
                 break
+            if provenance is not None and method_of(record.provenance) != method_of(provenance):
+                raise ValueError(
+                    f"{path}:{n} was made with other settings ({method_of(record.provenance)}); "
+                    "resume with the same settings, or write to another output folder"
+                )
+            done.add(record.id)
             good_bytes += len(raw)
     if good_bytes < path.stat().st_size:
         with open(path, "r+b") as f:
@@ -132,7 +144,7 @@ def run(
     backend: Backend | None = None
     start = time.perf_counter()
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    done = finished_ids(out_path)
+    done = finished_ids(out_path, provenance)
     seen: set[str] = set()
     source = iter(dialogues)
     active: dict[str, tuple[object, list]] = {}

@@ -163,3 +163,16 @@ def test_a_torn_last_line_is_cut_and_its_dialogue_labelled_again(tmp_path: Path)
     stats = run([museum_dialogue(i) for i in range(2)], lambda d: label_dialogue(d, TeacherConfig()), ScriptedBackend, out, progress=False)
     assert (stats.resumed, stats.labelled) == (1, 1)
     assert out.read_text().splitlines(keepends=True) == lines
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path: Path):
+    out = tmp_path / "out.jsonl"
+    machine = lambda d: label_dialogue(d, TeacherConfig())  # noqa: E731
+    run([museum_dialogue(0)], machine, ScriptedBackend, out, provenance={"teacher": {"few_shot": 6}, "data": {"limit": 1}}, progress=False)
+    # another data selection with the same method resumes
+    stats = run([museum_dialogue(0), museum_dialogue(1)], machine, ScriptedBackend, out, provenance={"teacher": {"few_shot": 6}, "data": {"limit": 2}}, progress=False)
+    assert (stats.resumed, stats.labelled) == (1, 1)
+    import pytest
+
+    with pytest.raises(ValueError, match="other settings"):
+        run([museum_dialogue(0)], machine, ScriptedBackend, out, provenance={"teacher": {"few_shot": 0}}, progress=False)

@@ -56,4 +56,4 @@ def test_shipped_configs_parse_and_overrides_win(name):
     on_this_cpu = ["--bf16", "false", "--use_cpu", "true"]  # the 8B config is for GPUs; here only its parsing
     student, training, model = make_parser().parse_args_and_config(["--config", str(config), "--train_file", "x.jsonl", "--learning_rate", "0.123", *on_this_cpu])
     assert student.train_file == "x.jsonl" and training.learning_rate == 0.123
-    assert model.use_peft and training.max_length >= 2048 and student.too_long == "drop"
+    assert model.use_peft and training.max_length >= 1024 and student.too_long == "drop"
