@@ -84,3 +84,22 @@ def test_vllm_constraints_and_bad_requests(vllm_engine):
     assert len(parse_output(good.text)) <= 1
     assert len(good.logprobs) == good.completion_tokens
     assert bad.error and "context length" in bad.error
+
+
+def test_hf_serves_the_adapter_only_to_requests_that_name_it(tiny_model, tmp_path):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(3)
+    adapted = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model), LoraConfig(r=8, target_modules="all-linear", init_lora_weights=False))
+    adapted.save_pretrained(tmp_path / "adapter")
+    plain = make_backend(BackendConfig(kind="hf", model=str(tiny_model), dtype="float32"))
+    both = make_backend(BackendConfig(kind="hf", model=str(tiny_model), dtype="float32", lora_adapters={"student": str(tmp_path / "adapter")}))
+    ask = [ChatRequest(messages=[{"role": "user", "content": f"The Louvre {k}"}], max_tokens=8) for k in range(3)]
+    with_adapter = [r.model_copy(update={"lora": "student"}) for r in ask]
+    base_text = [c.text for c in plain.generate(ask)]
+    assert [c.text for c in both.generate(ask)] == base_text
+    assert [c.text for c in both.generate(with_adapter)] != base_text
+    with pytest.raises(ValueError, match="unknown LoRA adapter"):
+        both.generate([ask[0].model_copy(update={"lora": "nope"})])

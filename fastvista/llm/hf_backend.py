@@ -52,8 +52,14 @@ class HFBackend:
         import torch
 
         first = batch[0]
-        if first.lora:
-            self.model.set_adapter(first.lora)
+        if first.lora and first.lora not in self.config.lora_adapters:
+            raise ValueError(f"unknown LoRA adapter {first.lora!r}; configured: {sorted(self.config.lora_adapters)}")
+        if self.config.lora_adapters:  # the base model answers requests that name no adapter
+            if first.lora:
+                self.model.enable_adapters()
+                self.model.set_adapter(first.lora)
+            else:
+                self.model.disable_adapters()
         prompts = [
             self.tokenizer.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True)
             for r in batch
