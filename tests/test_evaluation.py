@@ -80,3 +80,24 @@ def test_embedding_similarity_prefers_paraphrases():
 
     sim = embedding_matrix(["The Louvre is located in Paris."], ["The museum called the Louvre is in Paris, France.", "Cats sleep fifteen hours a day."])
     assert sim.shape == (1, 2) and sim[0, 0] > 0.6 > sim[0, 1]
+
+
+def test_report_tabulates_agreement_gold_and_speed(tmp_path):
+    import json
+
+    from evaluation import report
+
+    dialogues = [museum_dialogue(i) for i in range(6)]
+    teacher = [drive(label_dialogue(d, TeacherConfig()), ScriptedBackend()) for d in dialogues]
+    student = [drive(score_dialogue(d, StudentConfig(), True), ScriptedStudent()) for d in dialogues]
+    a = agreement(student, teacher)
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "g.json").write_text(json.dumps(against_gold(teacher)))
+    speed = {"engine": "e", "dialogues": 6, "speedup": 3.5,
+             "teacher": {"turns": 18, "calls_per_turn": 4.0, "prompt_tokens_per_turn": 10, "completion_tokens_per_turn": 2, "rounds": 7, "wall_seconds": 9.0, "turns_per_second": 2.0},
+             "student": {"turns": 18, "calls_per_turn": 1.0, "prompt_tokens_per_turn": 5, "completion_tokens_per_turn": 2, "rounds": 3, "wall_seconds": 2.6, "turns_per_second": 7.0}}
+    (tmp_path / "s.json").write_text(json.dumps(speed))
+    text = report.main(["--agreement", str(tmp_path / "a.json"), "--gold", f"teacher={tmp_path / 'g.json'}", "--speed", str(tmp_path / "s.json"), "--out", str(tmp_path / "r.md")])
+    assert f"| {a['hallucinated_decision']['agreement']} / {a['hallucinated_decision']['kappa']} |" in text
+    assert f"| {a['claims']['labels_on_aligned']['accuracy']} / {a['claims']['labels_on_aligned']['macro_f1']} |" in text
+    assert "**Speedup: 3.5x**" in text and (tmp_path / "r.md").read_text() == text
