@@ -57,7 +57,7 @@ def table(result: dict) -> str:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="Base model of both (embedded name, folder or hub id).")
-    parser.add_argument("--adapter", required=True, help="The student's LoRA adapter folder.")
+    parser.add_argument("--adapter", help="The student's LoRA adapter folder (without one, the single pass runs on the base model: the same shape of work).")
     parser.add_argument("--input", required=True)
     parser.add_argument("--source", default="jsonl")
     parser.add_argument("--limit", type=int)
@@ -69,13 +69,15 @@ def main(argv=None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     dialogues = load_dialogues(DataSelection(input=args.input, source=args.source, limit=args.limit), None)
     config = BackendConfig(kind="vllm", model=args.model, dtype=args.dtype, max_model_len=args.max_model_len,
-                           kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30), lora_adapters={"student": args.adapter}, max_lora_rank=64)
+                           kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30),
+                           lora_adapters={"student": args.adapter} if args.adapter else {}, max_lora_rank=64)
     backend = make_backend(config)
+    student = StudentConfig(adapter="student" if args.adapter else None)
     result = {
-        "engine": f"vllm ({args.dtype}, prefix caching) on {args.model}",
+        "engine": f"vllm ({args.dtype}, prefix caching) on {args.model}" + (" + LoRA adapter" if args.adapter else ""),
         "dialogues": len(dialogues),
         "teacher": measure("teacher", dialogues, lambda d: label_dialogue(d, TeacherConfig()), backend, args.out),
-        "student": measure("student", dialogues, lambda d: score_dialogue(d, StudentConfig(), True), backend, args.out),
+        "student": measure("student", dialogues, lambda d: score_dialogue(d, student, True), backend, args.out),
     }
     result["speedup"] = round(result["student"]["turns_per_second"] / result["teacher"]["turns_per_second"], 2)
     (args.out / "speed.json").write_text(json.dumps(result, indent=2))

@@ -83,12 +83,24 @@ def test_accelerate_launch_trains_saves_and_resumes(tmp_path, tiny_model, train_
         generated = model.generate(**ids, max_new_tokens=5, do_sample=False)
     assert generated.shape[1] > ids["input_ids"].shape[1]
 
-    # --resume picks up the last checkpoint and trains to a later max_steps
-    again = launch(config, "--resume", "true", "--max_steps", "14")
+    # --resume picks up the last checkpoint and trains to a later max_steps; --merge also saves
+    # the base merged with the adapter, which generates what base + adapter generate
+    again = launch(config, "--resume", "true", "--max_steps", "14", "--merge", "true")
     assert again.returncode == 0, again.stderr[-3000:]
     resumed = json.loads((out / "training_record.json").read_text())
     assert resumed["resumed_from"].endswith("checkpoint-12")
     assert [p["step"] for p in resumed["loss"]][-2:] == [13, 14]
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), out)
+    merged = AutoModelForCausalLM.from_pretrained(out / "merged")
+    # so does a merge made after training (python -m train.merge)
+    from train.merge import main as merge_main
+
+    merge_main([str(out), "--out", str(tmp_path / "merged-later")])
+    later = AutoModelForCausalLM.from_pretrained(tmp_path / "merged-later")
+    with torch.no_grad():
+        expected = adapted.generate(**ids, max_new_tokens=8, do_sample=False)
+        assert torch.equal(expected, merged.generate(**ids, max_new_tokens=8, do_sample=False))
+        assert torch.equal(expected, later.generate(**ids, max_new_tokens=8, do_sample=False))
 
 
 def test_only_completion_tokens_carry_loss(tiny_model, train_file):

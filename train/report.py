@@ -18,7 +18,7 @@ def plot_losses(record: dict, path: Path) -> None:
         ax.plot([p["step"] for p in record["eval_loss"]], [p["eval_loss"] for p in record["eval_loss"]], "o-", label="validation")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (completion tokens)")
-    ax.set_title(f"student SFT on {Path(record['train_file']).name}")
+    ax.set_title(f"student SFT: {Path(record['base_model']).name} on {record['train_file']}", fontsize=9)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -108,7 +108,8 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
             "examples": {"train": len(train), "eval": len(held_out), "dialogues_eval": len({e["dialogue_id"] for e in held_out})},
             "length": length_reports,
             "loss": [{"step": h["step"], "loss": h["loss"]} for h in history if "loss" in h],
-            "eval_loss": [{"step": h["step"], "eval_loss": h["eval_loss"]} for h in history if "eval_loss" in h],
+            # by step: the last evaluation and the closing one can fall on the same step
+            "eval_loss": [{"step": k, "eval_loss": v} for k, v in {h["step"]: h["eval_loss"] for h in history if "eval_loss" in h}.items()],
             "final_eval_loss": eval_metrics.get("eval_loss"),
             "train_runtime_s": result.metrics.get("train_runtime"),
             "tokens": tokens,

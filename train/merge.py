@@ -1,0 +1,39 @@
+"""Merge a trained LoRA adapter into its base model and save the result (for engines where LoRA
+is slow, e.g. vLLM on CPU, whose LoRA kernels are plain PyTorch).
+
+    python -m train.merge runs/student/smollm2_cpu --out runs/student/smollm2_cpu/merged
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def merge(adapter: Path, out: Path, dtype: str = "auto") -> Path:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fastvista.models import resolve_model
+
+    base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(base), dtype="auto" if dtype == "auto" else getattr(torch, dtype))
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    merged.save_pretrained(str(out))
+    AutoTokenizer.from_pretrained(str(adapter)).save_pretrained(str(out))
+    return out
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("adapter", type=Path, help="Folder of the trained adapter (PEFT layout).")
+    parser.add_argument("--out", type=Path, required=True, help="Folder for the merged model.")
+    parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float32...")
+    args = parser.parse_args(argv)
+    print(f"merged model in {merge(args.adapter, args.out, args.dtype)}")
+
+
+if __name__ == "__main__":
+    main()
