@@ -3,7 +3,8 @@ against human labels (each scorer beside the trivial baselines), and the measure
 
     python -m evaluation.report --agreement runs/eval/agreement.json \\
         --gold student=runs/eval/gold_student.json --gold teacher=runs/eval/gold_teacher.json \\
-        --speed runs/speed/speed.json --out runs/report.md
+        --speed runs/speed/speed.json --usage teacher=runs/teacher/summary.json \\
+        --usage student=runs/scored/summary.json --out runs/report.md
 """
 
 from __future__ import annotations
@@ -52,9 +53,8 @@ def gold_section(golds: dict[str, dict]) -> list[str]:
         first = next(g["turn_accuracy_by_source"][s] for g in golds.values() if s in g["turn_accuracy_by_source"])
         cells = [str(g["turn_accuracy_by_source"].get(s, {}).get("accuracy", "–")) for g in golds.values()]
         lines.append(f"| {s} | {first['n']} | " + " | ".join(cells) + f" | {first['always_hallucinated']} | {first['always_faithful']} |")
-    overall = next(iter(golds.values()))["turn_accuracy"]
-    cells = [str(g["turn_accuracy"]["accuracy"]) for g in golds.values()]
-    lines.append(f"| **all** | {overall['n']} | " + " | ".join(cells) + f" | {overall.get('always_hallucinated')} | {overall.get('always_faithful')} |")
+    cells = [f"{g['turn_accuracy']['accuracy']} (n={g['turn_accuracy']['n']})" for g in golds.values()]
+    lines.append("| **all** (each scorer on its own turns) | | " + " | ".join(cells) + " | | |")
     claim_rows = [(n, g["claims"]) for n, g in golds.items() if "claims" in g]
     if claim_rows:
         lines += ["", "Claims against human claims (VISTA's re-annotation):", "",
@@ -72,11 +72,21 @@ def speed_section(s: dict) -> list[str]:
     return rows + ["", f"**Speedup: {s['speedup']}x** (student turns/s over teacher turns/s).", ""]
 
 
+def usage_section(summaries: dict[str, dict]) -> list[str]:
+    """Counted work per turn of real runs (e.g. a large teacher behind an endpoint against the
+    student): what a user pays in calls and tokens, whatever the hardware."""
+    lines = ["## Work per turn, counted", "", "| run | turns | calls/turn | prompt tokens/turn | completion tokens/turn |", "|---|---|---|---|---|"]
+    for name, s in summaries.items():
+        lines.append(f"| {name} | {s['scored_turns']} | {s['calls_per_turn']} | {s['prompt_tokens_per_turn']} | {s['completion_tokens_per_turn']} |")
+    return lines + [""]
+
+
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agreement", type=Path)
     parser.add_argument("--gold", action="append", default=[], help="NAME=gold.json (repeatable)")
     parser.add_argument("--speed", type=Path)
+    parser.add_argument("--usage", action="append", default=[], help="NAME=summary.json of a synth or score run (repeatable)")
     parser.add_argument("--out", type=Path, default=Path("runs/report.md"))
     args = parser.parse_args(argv)
     lines = ["# fastvista evaluation report", ""]
@@ -86,6 +96,8 @@ def main(argv=None) -> str:
         lines += gold_section({name: json.loads(Path(p).read_text()) for name, p in (g.split("=", 1) for g in args.gold)})
     if args.speed:
         lines += speed_section(json.loads(args.speed.read_text()))
+    if args.usage:
+        lines += usage_section({name: json.loads(Path(p).read_text()) for name, p in (u.split("=", 1) for u in args.usage)})
     text = "\n".join(lines)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
