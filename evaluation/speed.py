@@ -36,6 +36,7 @@ def measure(name: str, dialogues, machine, backend, out: Path) -> dict:
         "turns": len(turns),
         "wall_seconds": round(wall, 2),
         "turns_per_second": round(len(turns) / wall, 3),
+        "seconds_per_turn": round(wall / len(turns), 3),
         "rounds": stats.rounds,
         "calls_per_turn": round(statistics.mean(t.usage.calls for t in turns), 2),
         "prompt_tokens_per_turn": round(statistics.mean(t.usage.prompt_tokens for t in turns), 1),
