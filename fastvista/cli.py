@@ -20,6 +20,17 @@ app = typer.Typer(
 data_app = typer.Typer(help="Convert benchmark files into dialogue records and describe them.", no_args_is_help=True)
 models_app = typer.Typer(help="The embedded default models (installed from PyPI, pinned by sha256).", no_args_is_help=True)
 eval_app = typer.Typer(help="Compare scorers: agreement with the teacher, accuracy against human labels.", no_args_is_help=True)
+
+
+@app.callback()
+def main_callback() -> None:
+    """Turn SIGTERM into a normal exit, so engines shut their worker processes down instead of
+    leaving them running (vLLM's engine processes outlive a parent killed by a bare SIGTERM)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
 app.add_typer(eval_app, name="eval")
