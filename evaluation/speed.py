@@ -20,7 +20,7 @@ from pathlib import Path
 from fastvista.config import DataSelection, load_dialogues
 from fastvista.llm import BackendConfig, make_backend
 from fastvista.scheduler import run
-from fastvista.schema import ScoredDialogue
+from fastvista.records_io import read_scored
 from infer.student import StudentConfig, score_dialogue
 from synth.pipeline import TeacherConfig, label_dialogue
 
@@ -31,7 +31,7 @@ def measure(name: str, dialogues, machine, backend, out: Path) -> dict:
     start = time.perf_counter()
     stats = run(dialogues, machine, lambda: backend, path, progress=True, desc=name)
     wall = time.perf_counter() - start
-    turns = [t for line in path.read_text().splitlines() for t in ScoredDialogue.model_validate_json(line).turns]
+    turns = [t for d in read_scored(path) for t in d.turns]
     return {
         "turns": len(turns),
         "wall_seconds": round(wall, 2),

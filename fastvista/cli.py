@@ -37,11 +37,11 @@ app.add_typer(eval_app, name="eval")
 
 
 def read_scored(path: Path) -> list:
-    from fastvista.schema import ScoredDialogue
+    from fastvista.records_io import read_scored as read
 
     if not path.exists():
         fail(f"{path}: no such file")
-    return [ScoredDialogue.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read(path)
 
 
 def write_report(report: dict, out: Optional[Path]) -> None:
@@ -260,16 +260,14 @@ def score(
         if value is not None:
             overrides.append(f"{key}={json.dumps(value)}")
     try:
-        summary = main(load_config(str(config) if config else None, overrides), out, skip_bad=skip_bad, progress=not quiet)
+        summary, scored = main(load_config(str(config) if config else None, overrides), out, skip_bad=skip_bad, progress=not quiet)
     except (RecordError, ValueError, ModelError) as e:
         fail(str(e))
     if not quiet:
         from rich.console import Console
 
-        from fastvista.schema import ScoredDialogue
         from infer.report import terminal_table
 
-        scored = [ScoredDialogue.model_validate_json(l) for l in (out / "results.jsonl").read_text().splitlines()]
         Console().print(terminal_table(scored))
     keys = ["dialogues", "scored_turns", "turns_unparsed", "claims_per_turn", "label_distribution", "system_scores", "gold_turn_accuracy"]
     typer.echo(json.dumps({k: summary.get(k) for k in keys if k in summary}, indent=2))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from fastvista.schema import Dialogue
+from fastvista.schema import Dialogue, ScoredDialogue
 
 
 class RecordError(ValueError):
@@ -85,6 +85,13 @@ def _parse_line(path, n: int, item: str | RecordError) -> Dialogue:
         return Dialogue.model_validate(obj)
     except ValidationError as e:
         raise validation_error(path, n, e) from None
+
+
+def read_scored(path: str | os.PathLike, ids: set[str] | None = None) -> list[ScoredDialogue]:
+    """Scored dialogues of a results file (teacher or student), optionally only those in `ids`."""
+    with open(path, encoding="utf-8") as f:
+        scored = [ScoredDialogue.model_validate_json(line) for line in f if line.strip()]
+    return scored if ids is None else [s for s in scored if s.id in ids]
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[BaseModel | dict]) -> int:

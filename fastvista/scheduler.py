@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from fastvista.llm import Backend, ChatRequest, Completion
-from fastvista.records_io import to_json_line
+from fastvista.records_io import RecordError, read_scored, to_json_line
 from fastvista.schema import Dialogue, ScoredDialogue, Usage
 from fastvista.single_pass import FormatError
 
@@ -205,5 +205,29 @@ def run(
             refill()
             bar.set_postfix(calls=stats.calls, cached=stats.cached_calls, tokens=stats.prompt_tokens + stats.completion_tokens, active=len(active))
     bar.close()
-    stats.wall_seconds = time.perf_counter() - start
+    stats.wall_seconds = round(time.perf_counter() - start, 2)
     return stats
+
+
+def run_to_folder(
+    dialogues: list[Dialogue],
+    machine: Callable[[Dialogue], object],
+    backend_factory: Callable[[], Backend],
+    results: Path,
+    skipped: list[RecordError],
+    provenance: dict,
+    max_active: int,
+    progress: bool,
+    desc: str,
+) -> tuple[list[ScoredDialogue], dict]:
+    """`run`, then what every stage writes beside its results: `skipped.jsonl` (bad inputs and
+    duplicate ids, each with its reason). Returns the selected dialogues' results (resumed ones
+    included) and the run's part of the summary."""
+    stats = run(dialogues, machine, backend_factory, results, max_active=max_active, total=len(dialogues),
+                provenance=provenance, progress=progress, desc=desc)
+    reports = [e.as_dict() for e in skipped] + [{"id": i, "reason": "duplicate id: done once"} for i in stats.duplicates]
+    with open(results.parent / "skipped.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(to_json_line(r) for r in reports)
+    scored = read_scored(results, {d.id for d in dialogues})
+    run_report = {"inputs_skipped": len(reports), "this_run": {**stats.__dict__, "duplicates": len(stats.duplicates)}, "provenance": provenance}
+    return scored, run_report
