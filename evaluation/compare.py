@@ -13,7 +13,7 @@ import numpy as np
 
 from fastvista.schema import ScoredDialogue, TurnResult
 from fastvista.scoring import system_scores
-from evaluation.metrics import accuracy, align, correlation, decision_agreement, label_report, token_f1_matrix
+from evaluation.metrics import accuracy, separation, align, correlation, decision_agreement, label_report, token_f1_matrix
 
 Similarity = Callable[[Sequence[str], Sequence[str]], np.ndarray]
 
@@ -76,6 +76,7 @@ def agreement(scorer: list[ScoredDialogue], teacher: list[ScoredDialogue], simil
 def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1_matrix, threshold: float = 0.5) -> dict:
     """Accuracy of a scorer's turn decisions (and, where humans wrote claims, its claim labels)."""
     by_source: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
+    scores: list[tuple[float, bool]] = []
     claim_pairs, unlabelled, unparsed = [], 0, 0
     for d in scored:
         for t in d.turns:
@@ -87,6 +88,7 @@ def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1
                 unparsed += 1
                 continue
             by_source[d.source].append((t.hallucinated, gold.label == "hallucinated"))
+            scores.append((t.score, gold.label == "hallucinated"))
             if gold.claims is not None:
                 claim_pairs.append((t.claims, gold.claims))
     every = [p for pairs in by_source.values() for p in pairs]
@@ -94,6 +96,7 @@ def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1
         "turns": {"labelled": len(every), "unlabelled": unlabelled, "unparsed": unparsed},
         "turn_accuracy": accuracy([p for p, _ in every], [g for _, g in every]),
         "turn_accuracy_by_source": {s: accuracy([p for p, _ in v], [g for _, g in v]) for s, v in sorted(by_source.items())},
+        "score_separation": separation([s for s, _ in scores], [g for _, g in scores]),
     }
     if claim_pairs:
         result["claims"] = claim_agreement(claim_pairs, similarity, threshold)

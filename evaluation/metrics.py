@@ -59,6 +59,20 @@ def accuracy(predicted: Sequence[bool], gold: Sequence[bool]) -> dict:
     }
 
 
+def separation(scores: Sequence[float], hallucinated: Sequence[bool]) -> dict:
+    """How well a turn score separates faithful from hallucinated turns: the mean score of each
+    and the ROC AUC of a low score as the sign of a hallucination (0.5: no separation)."""
+    from sklearn.metrics import roc_auc_score
+
+    faithful = [s for s, h in zip(scores, hallucinated) if not h]
+    bad = [s for s, h in zip(scores, hallucinated) if h]
+    result = {"mean_faithful": round(float(np.mean(faithful)), 4) if faithful else None,
+              "mean_hallucinated": round(float(np.mean(bad)), 4) if bad else None, "roc_auc": None}
+    if faithful and bad:
+        result["roc_auc"] = round(float(roc_auc_score(list(hallucinated), [-s for s in scores])), 4)
+    return result
+
+
 def label_report(predicted: Sequence[str], gold: Sequence[str]) -> dict:
     """Accuracy, macro-F1 over the five labels, per-label F1 and the confusion matrix (rows gold)."""
     from sklearn.metrics import confusion_matrix, f1_score

@@ -195,6 +195,42 @@ def models_fetch(
             fail(str(e))
 
 
+@eval_app.command("run")
+def eval_run(
+    scorer: str = typer.Option(..., help="teacher | student | q2 | factscore | judge (overrides the config's scorer)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (configs/eval/*.yaml): backend and each scorer's settings."),
+    input: Optional[str] = typer.Option(None, "--input", "-i", help="Input file (overrides data.input)."),
+    source: Optional[str] = typer.Option(None, help=SOURCE_HELP + " (overrides data.source)"),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder: results.jsonl, summary.json, gold.json, skipped.jsonl."),
+    limit: Optional[int] = typer.Option(None, help="Score only the first N dialogues."),
+    sample: Optional[int] = typer.Option(None, help="Score a seeded random sample of N dialogues (--set data.seed=S to change it)."),
+    skip_bad: bool = typer.Option(False, help="Skip bad input records (listed with reasons in skipped.jsonl) instead of stopping."),
+    set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set q2.threshold=0.4 --set q2.nli=false."),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+):
+    """Run any scorer, the baselines included, on a dialogue file; where the data have human
+    labels, also report accuracy (gold.json). Re-running resumes."""
+    from evaluation.run import main
+    from evaluation.scorers import SCORERS
+    from fastvista.config import load_config
+    from fastvista.models import ModelError
+    from fastvista.records_io import RecordError
+
+    if scorer not in SCORERS:
+        fail(f"unknown scorer {scorer!r}: one of {', '.join(SCORERS)}")
+    overrides = list(set_) + [f"scorer={scorer}"]
+    for key, value in [("data.input", input), ("data.source", source), ("data.limit", limit), ("data.sample", sample)]:
+        if value is not None:
+            overrides.append(f"{key}={json.dumps(value)}")
+    try:
+        summary = main(load_config(str(config) if config else None, overrides), out, skip_bad=skip_bad, progress=not quiet)
+    except (RecordError, ValueError, ModelError, RuntimeError) as e:
+        fail(str(e))
+    keys = ["dialogues", "scored_turns", "claims_per_turn", "label_distribution", "calls_per_turn", "gold_turn_accuracy", "inputs_skipped"]
+    typer.echo(json.dumps({k: summary.get(k) for k in keys if k in summary}, indent=2))
+    typer.echo(f"outputs in {out}/ (results.jsonl, summary.json, gold.json, skipped.jsonl)")
+
+
 @app.command("synth")
 def synth(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (configs/synth/*.yaml): backend, teacher settings, data."),

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fastvista.loaders import load
 from fastvista.records_io import RecordError
 from fastvista.schema import Dialogue
-from fastvista.selection import select
+from fastvista.selection import sample, select
 
 
 class DataSelection(BaseModel):
@@ -23,6 +23,8 @@ class DataSelection(BaseModel):
     limit: Optional[int] = None
     min_scored_turns: int = 0
     max_scored_turns: Optional[int] = None
+    sample: Optional[int] = None  # a seeded random sample of this many of the selected dialogues
+    seed: int = 0
 
 
 def set_key(tree: dict, dotted: str, value) -> None:
@@ -45,4 +47,5 @@ def load_config(path: str | None, overrides: list[str]) -> dict:
 
 def load_dialogues(data: DataSelection, skipped: list[RecordError] | None) -> list[Dialogue]:
     """The selected dialogues; bad records raise, or are collected in `skipped` when given."""
-    return list(select(load(data.source, data.input, skipped, **data.options), data.limit, data.min_scored_turns, data.max_scored_turns))
+    chosen = list(select(load(data.source, data.input, skipped, **data.options), data.limit, data.min_scored_turns, data.max_scored_turns))
+    return sample(chosen, data.sample, data.seed) if data.sample is not None else chosen

@@ -25,15 +25,16 @@ Answer = tuple[object, "str | None", Completion]  # parsed value (None if never)
 
 def ask(
     requests: list[ChatRequest],
-    parse: Callable[[str], object],
+    parse: Callable[[str], object] | list[Callable[[str], object]],
     retries: int,
     retry_temperature: float,
     completions: list[Completion],
 ) -> Generator[list[ChatRequest], list[Completion], list[Answer]]:
     """Send requests (from inside a state machine); retry answers that `parse` rejects with a
-    FormatError, sampling with a new seed each attempt. Every completion received is appended to
+    FormatError (one parser for all, or one per request), sampling with a new seed each attempt. Every completion received is appended to
     `completions` (for the usage count); returns, per request, the parsed value or None, the last
     error, and the completion that parsed (or the last one)."""
+    parsers = parse if isinstance(parse, list) else [parse] * len(requests)
     values: list = [None] * len(requests)
     errors: list[str | None] = [None] * len(requests)
     last: list = [None] * len(requests)
@@ -53,12 +54,37 @@ def ask(
             try:
                 if c.error:
                     raise FormatError(c.error)
-                values[i], errors[i] = parse(c.text), None
+                values[i], errors[i] = parsers[i](c.text), None
             except FormatError as e:
                 errors[i] = f"{e} (attempt {attempt + 1})"
                 failed.append(i)
         pending = failed
     return list(zip(values, errors, last))
+
+
+def gather(machines: list[Generator]) -> Generator[list[ChatRequest], list[Completion], list]:
+    """Advance several state machines as one: each round sends all their pending requests in one
+    batch and hands each machine its answers; returns their values in order."""
+    values: list = [None] * len(machines)
+    pending: dict[int, list[ChatRequest]] = {}
+    for i, m in enumerate(machines):
+        try:
+            pending[i] = next(m)
+        except StopIteration as stop:
+            values[i] = stop.value
+    while pending:
+        order = list(pending)
+        answers = yield [r for i in order for r in pending[i]]
+        offset = 0
+        for i in order:
+            n = len(pending[i])
+            try:
+                pending[i] = machines[i].send(answers[offset : offset + n])
+            except StopIteration as stop:
+                values[i] = stop.value
+                del pending[i]
+            offset += n
+    return values
 
 
 def drive(machine: Generator, backend: Backend):

@@ -59,6 +59,10 @@ class Claim(Record):
     # Why the label could not be read from the model, when it could not (kept, never dropped).
     error: Optional[str] = None
     confidence: Optional[float] = None
+    # The teacher's label distributions: P(VERIFIED) from verification and the class distribution
+    # from classification, kept so decision thresholds can be fitted without relabelling.
+    probabilities: Optional[dict[str, float]] = None
+    about_speaker: Optional[bool] = None  # set by the teacher when the claim is about the speaker
 
 
 class Usage(Record):
@@ -83,6 +87,8 @@ class TurnResult(Record):
     # The student's last unparseable answer, when no attempt parsed: the turn is reported, not scored.
     parse_error: Optional[str] = None
     raw_output: Optional[str] = None
+    # What a scorer without claims bases its score on (Q2's questions and answers, a judge's reason).
+    details: Optional[dict] = None
 
 
 class ScoredDialogue(Record):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Iterator
 
 from fastvista.schema import Dialogue
@@ -31,3 +32,11 @@ def select(
             continue
         yield truncate_scored(d, max_scored_turns) if max_scored_turns else d
         n += 1
+
+
+def sample(dialogues: list[Dialogue], n: int, seed: int = 0) -> list[Dialogue]:
+    """A seeded random sample of `n` dialogues (all, if there are fewer), in their input order."""
+    if n >= len(dialogues):
+        return dialogues
+    keep = sorted(random.Random(seed).sample(range(len(dialogues)), n))
+    return [dialogues[i] for i in keep]

@@ -2,19 +2,22 @@
 
 `label_dialogue` yields the batch of requests its current step needs and receives their
 completions; the scheduler drives many of these at once. Per scored assistant turn, in order:
-1. decompose the whole turn into claims (history and few-shot examples in the prompt);
-2. verify each claim against the knowledge store and the turn's reference;
-3. classify each unverifiable claim (OUT_OF_SCOPE, CONTRADICTED, LACKING_EVIDENCE, ABSTENTION);
+1. decompose the whole turn into claims (history and few-shot examples in the prompt), or take
+   the humans' claims (`gold_claims`, to score the labelling stage alone);
+2. verify each claim against the knowledge store and the turn's reference, and
+3. classify it (OUT_OF_SCOPE, CONTRADICTED, LACKING_EVIDENCE, ABSTENTION), both in one round; the
+   class decides only where verification did not accept the claim;
 4. remember: append the turn's VERIFIED and OUT_OF_SCOPE claims to the store.
-LLM calls per turn = 1 + claims + unverifiable claims (plus retries of unreadable answers).
+LLM calls per turn = 1 + votes x (claims not about the speaker + claims), plus retries.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Generator
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.labels import REMEMBERED_LABELS, UNVERIFIABLE_CLASSES, Label
 from fastvista.llm import ChatRequest, Completion
@@ -39,6 +42,27 @@ class TeacherConfig(BaseModel):
     retry_temperature: float = 0.7
     decompose_max_tokens: int = 320
     label_max_tokens: int = 8
+    # Label the humans' claims (Gold.claims) instead of decomposing: scores the labelling stage alone.
+    gold_claims: bool = False
+    # Claims about the speaker itself (its opinions, experiences, not knowing) assert nothing about
+    # the world: they skip verification and are told apart only as OUT_OF_SCOPE or ABSTENTION.
+    speaker_claims: bool = True
+    # Read each label from the log-probabilities of the answer's first token (a distribution over
+    # the labels) instead of from its text; decided with the threshold and biases below.
+    label_scores: bool = True
+    verify_threshold: float = 0.5  # P(VERIFIED) from which a claim is VERIFIED
+    class_bias: dict[Label, float] = Field(default_factory=dict)  # log-probability offsets per class
+    # Self-consistency: each label question is asked with this many orders of the few-shot
+    # examples and the answers' distributions averaged; the chosen label's share is its confidence.
+    votes: int = 1
+
+    @model_validator(mode="after")
+    def _check(self) -> "TeacherConfig":
+        if self.votes < 1:
+            raise ValueError("votes must be at least 1")
+        if any(label not in UNVERIFIABLE_CLASSES for label in self.class_bias):
+            raise ValueError("class_bias takes only the four classes of unverifiable claims")
+        return self
 
 
 class Unreadable(FormatError):
@@ -46,6 +70,12 @@ class Unreadable(FormatError):
 
 
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s*")
+_SPEAKER = re.compile(r"^\W*(?:(?:the\s+)?(?:assistant|wizard|speaker|agent|bot|chatbot)\b|(?:i|i'm|i've|my|me)\b)", re.I)
+
+
+def about_speaker(claim: str) -> bool:
+    """Whether a claim is about the speaker itself ("The assistant loves jazz.")."""
+    return bool(_SPEAKER.match(claim))
 
 
 def parse_claims(text: str) -> list[str]:
@@ -77,6 +107,9 @@ def _first_word_of(text: str, words: dict[str, object]):
 
 _VERIFY_WORDS = {"UNVERIFIABLE": False, "NOT_VERIFIED": False, "VERIFIED": True}
 _CLASS_WORDS = {l.value: l for l in UNVERIFIABLE_CLASSES} | {"OUT_OF_SCOPE": Label.OUT_OF_SCOPE}
+# Every answer word starts with its own letter, so a first token tells them apart whatever the tokenizer.
+_VERIFY_LETTERS = {"V": True, "U": False, "N": False}
+_CLASS_LETTERS = {l.value[0]: l for l in UNVERIFIABLE_CLASSES}
 
 
 def parse_verdict(text: str) -> bool:
@@ -88,47 +121,114 @@ def parse_class(text: str) -> Label:
     return _first_word_of(text, _CLASS_WORDS)
 
 
+def first_token_distribution(completion: Completion, letters: dict[str, object]) -> dict | None:
+    """The answers' probabilities at the first token that holds a letter, each top token counted
+    for the answer word it begins; None without log-probabilities or when no top token fits."""
+    for step in completion.logprobs or []:
+        if not any(ch.isalpha() for ch in step.token):
+            continue
+        mass: dict = {}
+        for token, logprob in step.top.items():
+            head = token.strip().lstrip("\"'*`_").upper()[:1]
+            if head in letters:
+                mass[letters[head]] = mass.get(letters[head], 0.0) + math.exp(logprob)
+        total = sum(mass.values())
+        return {k: v / total for k, v in mass.items()} if total > 0 else None
+    return None
+
+
+def decide(p_verified: float | None, classes: dict[Label, float], speaker: bool, cfg: TeacherConfig) -> Label:
+    """VISTA's decision from the two questions' distributions: VERIFIED when P(VERIFIED) reaches
+    the threshold, else the most likely class after the bias (a speaker claim: OUT_OF_SCOPE or
+    ABSTENTION only). Pure, so thresholds can be fitted on stored distributions."""
+    if not speaker and p_verified is not None and p_verified >= cfg.verify_threshold:
+        return Label.VERIFIED
+    allowed = (Label.OUT_OF_SCOPE, Label.ABSTENTION) if speaker else UNVERIFIABLE_CLASSES
+    return max(allowed, key=lambda l: math.log(classes.get(l, 0.0) + 1e-9) + cfg.class_bias.get(l, 0.0))
+
+
+def _mean(distributions: list[dict]) -> dict:
+    keys = {k for d in distributions for k in d}
+    return {k: sum(d.get(k, 0.0) for d in distributions) / len(distributions) for k in keys}
+
+
+def _distribution(answer, letters: dict, cfg: TeacherConfig) -> dict | None:
+    value, _, completion = answer
+    scores = first_token_distribution(completion, letters) if cfg.label_scores else None
+    if scores is None and value is not None:
+        scores = {value: 1.0}
+    return scores
+
+
+def label_claims(
+    claim_texts: list[str], reference: str | None, store: list[str], cfg: TeacherConfig, completions: list[Completion]
+) -> Generator[list[ChatRequest], list[Completion], list[Claim]]:
+    """Verify and classify every claim in one round (each question asked `votes` times with the
+    few-shot examples in another order). The decision is VISTA's: a class only matters for a
+    claim that verification did not accept; keeping every claim's class distribution lets the
+    threshold and biases be fitted afterwards without relabelling."""
+    speaker = [cfg.speaker_claims and about_speaker(c) for c in claim_texts]
+    logprobs = 20 if cfg.label_scores else 0
+
+    def request(messages) -> ChatRequest:
+        return ChatRequest(messages=messages, max_tokens=cfg.label_max_tokens, logprobs=logprobs)
+
+    to_verify = [i for i, s in enumerate(speaker) if not s]
+    verify = [request(prompts.verify_messages(store, reference, claim_texts[i], cfg.few_shot, v)) for i in to_verify for v in range(cfg.votes)]
+    classify = [request(prompts.classify_messages(store, reference, c, cfg.few_shot, v)) for c in claim_texts for v in range(cfg.votes)]
+    answers = yield from ask(verify + classify, [parse_verdict] * len(verify) + [parse_class] * len(classify), cfg.retries, cfg.retry_temperature, completions)
+    verify_answers, class_answers = answers[: len(verify)], answers[len(verify) :]
+
+    claims = []
+    for k, text in enumerate(claim_texts):
+        errors, p_verified = [], None
+        if not speaker[k]:
+            j = to_verify.index(k)
+            votes = verify_answers[j * cfg.votes : (j + 1) * cfg.votes]
+            found = [d for d in (_distribution(a, _VERIFY_LETTERS, cfg) for a in votes) if d is not None]
+            errors += [f"verify: {a[1]}" for a in votes if a[1]]
+            p_verified = _mean(found).get(True, 0.0) if found else None
+        votes = class_answers[k * cfg.votes : (k + 1) * cfg.votes]
+        found = [d for d in (_distribution(a, _CLASS_LETTERS, cfg) for a in votes) if d is not None]
+        errors += [f"classify: {a[1]}" for a in votes if a[1]]
+        classes = _mean(found) if found else {}
+        if not classes and (p_verified is None or p_verified < cfg.verify_threshold):
+            # Nothing readable: LACKING_EVIDENCE (unsafe, so it never hides a problem).
+            label, confidence = Label.LACKING_EVIDENCE, None
+        else:
+            label = decide(p_verified, classes, speaker[k], cfg)
+            confidence = p_verified if label is Label.VERIFIED else classes.get(label)
+        probabilities = {l.value: round(p, 4) for l, p in classes.items()}
+        if p_verified is not None:
+            probabilities["VERIFIED"] = round(p_verified, 4)
+        claims.append(Claim(text=text, label=label, error="; ".join(errors) or None,
+                            confidence=None if confidence is None else round(confidence, 4),
+                            probabilities=probabilities or None, about_speaker=speaker[k] or None))
+    return claims
+
+
 def label_turn(
-    history: list[tuple[str, str]], text: str, reference: str | None, store: list[str], cfg: TeacherConfig
+    history: list[tuple[str, str]], text: str, reference: str | None, store: list[str], cfg: TeacherConfig,
+    gold_claims: list[str] | None = None,
 ) -> Generator[list[ChatRequest], list[Completion], tuple[list[Claim], list[str], list[Completion]]]:
-    """One turn through decompose -> verify -> classify; returns claims, errors, completions."""
+    """One turn through decompose -> verify and classify; returns claims, errors, completions."""
     completions: list[Completion] = []
     errors: list[str] = []
-    decompose = ChatRequest(
-        messages=prompts.decompose_messages(history if cfg.history else [], text, cfg.few_shot),
-        max_tokens=cfg.decompose_max_tokens,
-    )
-    [(claim_texts, error, _)] = yield from ask([decompose], parse_claims, cfg.retries, cfg.retry_temperature, completions)
-    if error:
-        errors.append(f"decompose: {error}")
-        claim_texts = []
-    if len(claim_texts) > cfg.max_claims:
-        errors.append(f"decompose: {len(claim_texts)} claims, kept the first {cfg.max_claims}")
-        claim_texts = claim_texts[: cfg.max_claims]
-
-    verify = [
-        ChatRequest(messages=prompts.verify_messages(store, reference, c, cfg.few_shot), max_tokens=cfg.label_max_tokens)
-        for c in claim_texts
-    ]
-    verdicts = yield from ask(verify, parse_verdict, cfg.retries, cfg.retry_temperature, completions)
-    labels: list[Label | None] = [Label.VERIFIED if ok else None for ok, _, _ in verdicts]
-    claim_errors: list[str | None] = [f"verify: {e}" if e else None for _, e, _ in verdicts]
-
-    unverifiable = [i for i, l in enumerate(labels) if l is None]
-    classify = [
-        ChatRequest(
-            messages=prompts.classify_messages(store, reference, claim_texts[i], cfg.few_shot),
-            max_tokens=cfg.label_max_tokens,
+    if gold_claims is not None:
+        claim_texts = gold_claims
+    else:
+        decompose = ChatRequest(
+            messages=prompts.decompose_messages(history if cfg.history else [], text, cfg.few_shot),
+            max_tokens=cfg.decompose_max_tokens,
         )
-        for i in unverifiable
-    ]
-    classes = yield from ask(classify, parse_class, cfg.retries, cfg.retry_temperature, completions)
-    for i, (label, error, _) in zip(unverifiable, classes):
-        # An unreadable class falls back to LACKING_EVIDENCE (unsafe, so never hides a problem).
-        labels[i] = label or Label.LACKING_EVIDENCE
+        [(claim_texts, error, _)] = yield from ask([decompose], parse_claims, cfg.retries, cfg.retry_temperature, completions)
         if error:
-            claim_errors[i] = "; ".join(filter(None, [claim_errors[i], f"classify: {error}"]))
-    claims = [Claim(text=t, label=l, error=e) for t, l, e in zip(claim_texts, labels, claim_errors)]
+            errors.append(f"decompose: {error}")
+            claim_texts = []
+        if len(claim_texts) > cfg.max_claims:
+            errors.append(f"decompose: {len(claim_texts)} claims, kept the first {cfg.max_claims}")
+            claim_texts = claim_texts[: cfg.max_claims]
+    claims = (yield from label_claims(claim_texts, reference, store, cfg, completions)) if claim_texts else []
     errors.extend(f"claim {k + 1}: {c.error}" for k, c in enumerate(claims) if c.error)
     return claims, errors, completions
 
@@ -140,7 +240,10 @@ def label_dialogue(dialogue: Dialogue, cfg: TeacherConfig) -> Generator[list[Cha
     for index in dialogue.scored_indices():
         turn = dialogue.turns[index]
         history = recent([(t.role, t.text) for t in dialogue.turns[:index]], cfg.history_turns)
-        claims, errors, completions = yield from label_turn(history, turn.text, turn.reference, store, cfg)
+        gold = [c.text for c in turn.gold.claims] if cfg.gold_claims and turn.gold and turn.gold.claims is not None else None
+        if cfg.gold_claims and gold is None:
+            raise ValueError(f"{dialogue.id} turn {index}: gold_claims is set but the turn has no human claims")
+        claims, errors, completions = yield from label_turn(history, turn.text, turn.reference, store, cfg, gold)
         if cfg.accumulate:
             store.extend(c.text for c in claims if c.label in REMEMBERED_LABELS and c.text not in store)
         labels = [c.label for c in claims]

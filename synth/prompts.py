@@ -144,18 +144,23 @@ def decompose_messages(history, turn: str, few_shot: int) -> list[dict]:
     return messages
 
 
-def _evidence_messages(system: str, examples, few_shot: int, store, reference, claim) -> list[dict]:
+def _evidence_messages(system: str, examples, few_shot: int, order: int, store, reference, claim) -> list[dict]:
+    """`order` rotates the chosen examples, so votes over orders see each example in each place."""
+    chosen = examples[:few_shot]
+    if chosen:
+        shift = order % len(chosen)
+        chosen = chosen[shift:] + chosen[:shift]
     messages = [{"role": "system", "content": system}]
-    for s, r, c, answer in examples[:few_shot]:
+    for s, r, c, answer in chosen:
         messages.append({"role": "user", "content": evidence_user(s, r, c)})
         messages.append({"role": "assistant", "content": answer})
     messages.append({"role": "user", "content": evidence_user(store, reference, claim)})
     return messages
 
 
-def verify_messages(store, reference, claim: str, few_shot: int) -> list[dict]:
-    return _evidence_messages(VERIFY_SYSTEM, VERIFY_EXAMPLES, few_shot, store, reference, claim)
+def verify_messages(store, reference, claim: str, few_shot: int, order: int = 0) -> list[dict]:
+    return _evidence_messages(VERIFY_SYSTEM, VERIFY_EXAMPLES, few_shot, order, store, reference, claim)
 
 
-def classify_messages(store, reference, claim: str, few_shot: int) -> list[dict]:
-    return _evidence_messages(CLASSIFY_SYSTEM, CLASSIFY_EXAMPLES, few_shot, store, reference, claim)
+def classify_messages(store, reference, claim: str, few_shot: int, order: int = 0) -> list[dict]:
+    return _evidence_messages(CLASSIFY_SYSTEM, CLASSIFY_EXAMPLES, few_shot, order, store, reference, claim)

@@ -14,8 +14,43 @@ def _sections(message: str) -> dict[str, str]:
     return split_sections(message, prompts.SECTIONS)
 
 
+def baseline_answer(system: str, message: str) -> str | None:
+    """The baselines' steps by rule (None: not a baseline prompt)."""
+    from evaluation.baselines import factscore, judge, steps
+
+    if system not in (steps.QG_SYSTEM, steps.QA_SYSTEM, steps.NLI_SYSTEM, factscore.FACTS_SYSTEM, factscore.SUPPORT_SYSTEM, judge.JUDGE_SYSTEM):
+        return None
+    sections = split_sections(message, ("[TEXT]", "[ANSWER]", "[QUESTION]", "[PREMISE]", "[HYPOTHESIS]", "[SENTENCE]",
+                                        "[REFERENCE]", "[FACT]", "[HISTORY]", "[TURN]"))
+    if system == steps.QG_SYSTEM:
+        return "no question here" if "GARBLE" in sections["[ANSWER]"] else f"Which words are {sections['[ANSWER]']}?"
+    if system == steps.QA_SYSTEM:
+        wanted, text = sections["[QUESTION]"].removeprefix("Which words are ").rstrip("?"), sections["[TEXT]"]
+        if wanted.lower() in text.lower():
+            start = text.lower().index(wanted.lower())
+            return text[start : start + len(wanted)]
+        first = wanted.split()[-1]
+        return first if first.lower() in text.lower().split() else "NO ANSWER"
+    if system == steps.NLI_SYSTEM:
+        premise, hypothesis = sections["[PREMISE]"].lower(), sections["[HYPOTHESIS]"].lower()
+        return "CONTRADICTION" if " not " in premise else ("ENTAILMENT" if hypothesis in premise else "NEUTRAL")
+    if system == factscore.FACTS_SYSTEM:
+        facts = [f.strip(" .") for f in sections["[SENTENCE]"].split(" and ") if f.strip(" .")]
+        return "\n".join(f"- {f[0].upper() + f[1:]}." for f in facts) if "?" not in sections["[SENTENCE]"] else "NONE"
+    if system == factscore.SUPPORT_SYSTEM:
+        return "True" if sections["[FACT]"].rstrip(".").lower() in sections["[REFERENCE]"].lower() else "False"
+    if system == judge.JUDGE_SYSTEM:
+        if "GARBLE" in sections["[TURN]"]:
+            return "I cannot judge this."
+        unsupported = [s for s in sections["[TURN]"].split(".") if s.strip() and s.strip().lower() not in sections["[REFERENCE]"].lower()]
+        return f"HALLUCINATED\nReason: {unsupported[0].strip()} is not in the reference." if unsupported else "FAITHFUL\nAll supported."
+
+
 def answer(request: ChatRequest) -> str:
     system = request.messages[0]["content"]
+    baseline = baseline_answer(system, request.messages[-1]["content"])
+    if baseline is not None:
+        return baseline
     user = _sections(request.messages[-1]["content"])
     if system == prompts.DECOMPOSE_SYSTEM:
         sentences = [s.strip() for s in user["[TURN]"].replace("?", "?.").split(".") if s.strip()]

@@ -1,10 +1,13 @@
+import math
 from pathlib import Path
 
+import pytest
+
 from fastvista.labels import Label
-from fastvista.schema import Dialogue, Turn
+from fastvista.schema import Dialogue, Gold, GoldClaim, Turn
 from fastvista.single_pass import SYSTEM_PROMPT, parse_output, split_sections
 from synth import prompts
-from synth.pipeline import TeacherConfig, label_dialogue, parse_claims, parse_class, parse_verdict
+from synth.pipeline import TeacherConfig, about_speaker, decide, label_dialogue, parse_claims, parse_class, parse_verdict
 from fastvista.scheduler import drive as run_machine
 from fastvista.scheduler import run
 from synth.training_set import training_examples
@@ -46,11 +49,12 @@ def test_labels_store_and_call_counts():
     assert [c.label for c in t1.claims] == [Label.VERIFIED, Label.OUT_OF_SCOPE, Label.LACKING_EVIDENCE]
     assert [c.label for c in t2.claims] == [Label.VERIFIED, Label.VERIFIED, Label.CONTRADICTED]
     assert t3.claims == [] and t3.no_claims and t3.score == 1.0
-    # calls per turn = 1 + claims + unverifiable claims
-    assert t1.usage.calls == 1 + 3 + 2
-    assert t2.usage.calls == 1 + 3 + 1
+    # calls per turn = 1 + claims not about the speaker (verify) + claims (classify)
+    assert t1.usage.calls == 1 + 2 + 3
+    assert t2.usage.calls == 1 + 3 + 3
     assert t3.usage.calls == 1
-    assert result.usage.calls == len(backend.requests) == 12
+    assert result.usage.calls == len(backend.requests) == 14
+    assert [c.about_speaker for c in t1.claims] == [None, True, None]
     # the store grows with VERIFIED and OUT_OF_SCOPE claims only
     assert t1.store_after == ["Paris is in France.", "The Louvre is in Paris.", "I love it."]
     assert t2.store_after == t1.store_after + ["The Mona Lisa hangs in the Louvre."]
@@ -61,7 +65,7 @@ def test_labels_store_and_call_counts():
 def test_second_turn_sees_the_first_turns_store_and_history():
     backend = ScriptedBackend()
     drive(museum_dialogue(), TeacherConfig(), backend)
-    verify_turn2 = [r for r in backend.requests if r.messages[0]["content"] == prompts.VERIFY_SYSTEM][3]
+    verify_turn2 = [r for r in backend.requests if r.messages[0]["content"] == prompts.VERIFY_SYSTEM][2]
     sections = split_sections(verify_turn2.messages[-1]["content"], prompts.SECTIONS)
     assert "The Louvre is in Paris." in sections["[KNOWLEDGE STORE]"]
     assert sections["[REFERENCE]"] == f"{REF2} 0"
@@ -124,9 +128,9 @@ def test_scheduler_batches_across_dialogues_and_writes_each_once(tmp_path: Path)
     lines = (tmp_path / "out.jsonl").read_text().splitlines()
     assert len(lines) == 5 and stats.labelled == 5 and stats.duplicates == ["d2"]
     # every round sends the pending calls of all five dialogues together
-    assert backend.batches[0] == 5 and max(backend.batches) == 15
-    # rounds: decompose, verify, classify for two turns, then one decomposition
-    assert stats.rounds == len(backend.batches) == 7
+    assert backend.batches[0] == 5 and max(backend.batches) == 5 * 6
+    # rounds: decompose, then verify and classify together, for two turns; then one decomposition
+    assert stats.rounds == len(backend.batches) == 5
 
 
 def test_training_examples_use_the_single_pass_format_and_teacher_store():
@@ -172,7 +176,86 @@ def test_resuming_with_other_settings_is_refused(tmp_path: Path):
     # another data selection with the same method resumes
     stats = run([museum_dialogue(0), museum_dialogue(1)], machine, ScriptedBackend, out, provenance={"teacher": {"few_shot": 6}, "data": {"limit": 2}}, progress=False)
     assert (stats.resumed, stats.labelled) == (1, 1)
-    import pytest
-
     with pytest.raises(ValueError, match="other settings"):
         run([museum_dialogue(0)], machine, ScriptedBackend, out, provenance={"teacher": {"few_shot": 0}}, progress=False)
+
+
+class FirstTokenBackend(ScriptedBackend):
+    """Answers like ScriptedBackend, with first-token log-probabilities that put `p_verified` on
+    VERIFIED and the class mass given in `classes`, as tokens an engine would show."""
+
+    def __init__(self, p_verified: float, classes: dict[str, float]):
+        super().__init__()
+        self.p_verified, self.classes = p_verified, classes
+
+    def generate(self, requests):
+        from fastvista.llm import TokenLogprob
+
+        completions = super().generate(requests)
+        for r, c in zip(requests, completions):
+            if r.messages[0]["content"] == prompts.VERIFY_SYSTEM:
+                top = {"VER": math.log(self.p_verified), " UN": math.log(1 - self.p_verified)}
+            elif r.messages[0]["content"] == prompts.CLASSIFY_SYSTEM:
+                top = {token: math.log(p) for token, p in self.classes.items()} | {"Sure": math.log(0.01)}
+            else:
+                continue
+            c.logprobs = [TokenLogprob(token=max(top, key=top.get), logprob=max(top.values()), top=top)]
+        return completions
+
+
+CLASS_TOKENS = {"OUT": 0.05, "CON": 0.5, "L": 0.4, "AB": 0.04}
+
+
+def _single_claim(text: str) -> Dialogue:
+    return Dialogue(id="one", turns=[Turn(role="assistant", text=text, reference="Unrelated text.")])
+
+
+def test_label_scores_decide_by_threshold_and_bias_and_keep_the_distributions():
+    d = _single_claim("The bridge opened in 1932.")
+    plain = drive(d, TeacherConfig(), FirstTokenBackend(0.4, CLASS_TOKENS)).turns[0].claims[0]
+    assert plain.label is Label.CONTRADICTED and plain.confidence == pytest.approx(0.5 / 0.99, abs=1e-3)
+    assert plain.probabilities["VERIFIED"] == pytest.approx(0.4)
+    assert set(plain.probabilities) == {"VERIFIED", "OUT_OF_SCOPE", "CONTRADICTED", "LACKING_EVIDENCE", "ABSTENTION"}
+    lowered = TeacherConfig(verify_threshold=0.3, class_bias={"CONTRADICTED": -1.0})
+    assert drive(d, lowered, FirstTokenBackend(0.4, CLASS_TOKENS)).turns[0].claims[0].label is Label.VERIFIED
+    biased = TeacherConfig(class_bias={"CONTRADICTED": -1.0})
+    assert drive(d, biased, FirstTokenBackend(0.4, CLASS_TOKENS)).turns[0].claims[0].label is Label.LACKING_EVIDENCE
+    # decide() on the stored distributions gives the label the run gave
+    stored = {Label(k): v for k, v in plain.probabilities.items() if k != "VERIFIED"}
+    assert decide(plain.probabilities["VERIFIED"], stored, False, biased) is Label.LACKING_EVIDENCE
+
+
+def test_text_mode_ignores_log_probabilities():
+    claim = drive(_single_claim("The bridge opened in 1932."), TeacherConfig(label_scores=False), FirstTokenBackend(0.9, CLASS_TOKENS)).turns[0].claims[0]
+    assert claim.label is Label.LACKING_EVIDENCE  # the scripted text, not the 0.9 of the log-probabilities
+    assert claim.probabilities == {"VERIFIED": 0.0, "LACKING_EVIDENCE": 1.0}
+
+
+def test_speaker_claims_skip_verification_and_take_only_two_classes():
+    backend = FirstTokenBackend(0.99, {"CON": 0.6, "AB": 0.3, "OUT": 0.1})
+    claim = drive(_single_claim("I have seen that bridge."), TeacherConfig(), backend).turns[0].claims[0]
+    assert claim.about_speaker and claim.label is Label.ABSTENTION
+    assert not any(r.messages[0]["content"] == prompts.VERIFY_SYSTEM for r in backend.requests)
+    off = drive(_single_claim("I have seen that bridge."), TeacherConfig(speaker_claims=False), FirstTokenBackend(0.99, CLASS_TOKENS))
+    assert off.turns[0].claims[0].label is Label.VERIFIED
+    assert [about_speaker(t) for t in ("The wizard loves jazz.", "The assistant's cat is old.", "I'm unsure.", "Italy is big.", "Assistants help.")] == [True, True, True, False, False]
+
+
+def test_votes_ask_each_question_in_several_example_orders_and_average():
+    backend = FirstTokenBackend(0.4, CLASS_TOKENS)
+    claim = drive(_single_claim("The bridge opened in 1932."), TeacherConfig(votes=3, few_shot=3), backend).turns[0].claims[0]
+    verify = [r for r in backend.requests if r.messages[0]["content"] == prompts.VERIFY_SYSTEM]
+    assert len(verify) == 3 and len({r.messages[1]["content"] for r in verify}) == 3  # each order opens differently
+    assert {r.messages[-1]["content"] for r in verify} == {verify[0].messages[-1]["content"]}
+    assert claim.probabilities["VERIFIED"] == pytest.approx(0.4)
+
+
+def test_gold_claims_replace_decomposition():
+    gold = Gold(label="hallucinated", claims=[GoldClaim(text="The Louvre is in Paris.", label="VERIFIED"), GoldClaim(text="It is pink.", label="LACKING_EVIDENCE")])
+    d = Dialogue(id="g", turns=[Turn(role="assistant", text="whatever", reference=REF1, gold=gold)])
+    backend = ScriptedBackend()
+    result = drive(d, TeacherConfig(gold_claims=True), backend)
+    assert [c.text for c in result.turns[0].claims] == ["The Louvre is in Paris.", "It is pink."]
+    assert not any(r.messages[0]["content"] == prompts.DECOMPOSE_SYSTEM for r in backend.requests)
+    with pytest.raises(ValueError, match="no human claims"):
+        drive(Dialogue(id="n", turns=[Turn(role="assistant", text="x")]), TeacherConfig(gold_claims=True), backend)

@@ -1,0 +1,34 @@
+"""`fastvista eval run --scorer NAME`: any scorer on any dialogue file; results, skipped inputs,
+a summary and the accuracy against human labels where the data have them. Resumable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fastvista.config import DataSelection, load_dialogues
+from fastvista.records_io import RecordError
+from fastvista.scheduler import run_to_folder
+from fastvista.summary import summarise
+from evaluation.compare import against_gold
+from evaluation.scorers import EvalConfig, backend_factory, machine_for
+
+
+def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = True) -> dict:
+    data = DataSelection.model_validate(tree.pop("data", None) or {})
+    config = EvalConfig.model_validate(tree)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    skipped: list[RecordError] = []
+    dialogues = load_dialogues(data, skipped if skip_bad else None)
+    machine = machine_for(config)
+    provenance = {"scorer": config.scorer, "model": config.backend.model if config.backend else None,
+                  "settings": config.settings(), "data": data.model_dump()}
+    scored, run_report = run_to_folder(dialogues, machine, backend_factory(config), out_dir / "results.jsonl",
+                                       skipped, provenance, config.max_active, progress, config.scorer)
+    summary = {**summarise(scored), **run_report}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    gold = against_gold(scored)
+    if gold["turns"]["labelled"]:
+        (out_dir / "gold.json").write_text(json.dumps(gold, indent=2))
+        summary["gold"] = gold
+    return summary

@@ -1,0 +1,132 @@
+"""Teacher quality benchmark: teacher settings side by side on human-labelled dialogues.
+
+    python -m evaluation.teacher_quality -c configs/synth/teacher_vllm_cpu.yaml \\
+        --variants configs/eval/teacher_ablation.yaml --source vista \\
+        -i ../shared/data/vista_human_dev.json --out runs/teacher_quality
+
+Every variant runs on one engine (built once) into OUT/NAME/labelled.jsonl (resumable; the call
+cache answers what an earlier run asked). Per variant: turn accuracy against the human decision
+(and per source), claim accuracy and macro-F1 (one for one on gold claims, aligned otherwise),
+calls, tokens and seconds per turn. Variants with label scores on gold claims also get
+out-of-fold figures with fitted thresholds (`synth.calibrate`), and the settings fitted on all
+of them are written to OUT/fitted.yaml. Prints a markdown table; writes quality.json and quality.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import yaml
+
+from evaluation.compare import against_gold
+from fastvista.config import DataSelection, load_config, load_dialogues
+from fastvista.llm import BackendConfig, make_backend
+from fastvista.records_io import read_scored
+from fastvista.scheduler import run
+from synth import calibrate
+from synth.pipeline import TeacherConfig, label_dialogue
+from synth.prompts import PROMPTS_VERSION
+
+
+def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, out: Path, folds: int) -> dict:
+    path = out / name / "labelled.jsonl"
+    provenance = {"prompts_version": PROMPTS_VERSION, "teacher": teacher.model_dump(mode="json")}
+    start = time.perf_counter()
+    stats = run(dialogues, lambda d: label_dialogue(d, teacher), backend_factory, path, total=len(dialogues), provenance=provenance, desc=name)
+    wall = time.perf_counter() - start
+    scored = read_scored(path, {d.id for d in dialogues})
+    turns = [t for d in scored for t in d.turns]
+    gold = against_gold(scored)
+    row = {
+        "settings": teacher.model_dump(mode="json"),
+        "turns": len(turns),
+        "turn_accuracy": gold["turn_accuracy"]["accuracy"],
+        "always_hallucinated": gold["turn_accuracy"]["always_hallucinated"],
+        "turn_accuracy_by_source": {s: v["accuracy"] for s, v in gold["turn_accuracy_by_source"].items()},
+        "always_hallucinated_by_source": {s: v["always_hallucinated"] for s, v in gold["turn_accuracy_by_source"].items()},
+        "calls_per_turn": round(statistics.mean(t.usage.calls for t in turns), 2),
+        "prompt_tokens_per_turn": round(statistics.mean(t.usage.prompt_tokens for t in turns), 1),
+        "completion_tokens_per_turn": round(statistics.mean(t.usage.completion_tokens for t in turns), 1),
+        # Wall time only means something when this run labelled every turn itself.
+        "seconds_per_turn": round(wall / len(turns), 2) if stats.labelled == len(scored) and stats.cached_calls == 0 else None,
+        "errors": sum(len(t.errors) for t in turns),
+    }
+    if teacher.gold_claims:
+        claims = calibrate.claims_of(scored)
+        row.update({k: v for k, v in calibrate.figures(claims, claims.predicted).items() if k != "turns"})
+        if teacher.label_scores:
+            row["calibrated_cv"], row["fold_settings"] = calibrate.cross_validate(claims, folds)
+            threshold, bias = calibrate.fit(claims)
+            row["fitted_on_all"] = {"verify_threshold": threshold, "class_bias": {l.value: b for l, b in bias.items()}}
+    elif "claims" in gold:
+        report = gold["claims"]["labels_on_aligned"]
+        row.update(claim_accuracy=report["accuracy"], macro_f1=report["macro_f1"], claim_recall=gold["claims"]["recall"],
+                   claim_precision=gold["claims"]["precision"])
+    return row
+
+
+def table(rows: dict) -> str:
+    lines = ["| variant | turn acc | claim acc | macro-F1 | calls/turn | prompt tok/turn | s/turn |", "|---|---|---|---|---|---|---|"]
+
+    def fmt(x):
+        return "-" if x is None else x
+
+    for name, r in rows.items():
+        lines.append(f"| {name} | {fmt(r['turn_accuracy'])} | {fmt(r.get('claim_accuracy'))} | {fmt(r.get('macro_f1'))} | "
+                     f"{r['calls_per_turn']} | {r['prompt_tokens_per_turn']} | {fmt(r['seconds_per_turn'])} |")
+        if "calibrated_cv" in r:
+            cv = r["calibrated_cv"]
+            lines.append(f"| {name} + calibrated (out-of-fold) | {cv['turn_accuracy']} | {cv['claim_accuracy']} | {cv['macro_f1']} | "
+                         f"{r['calls_per_turn']} | {r['prompt_tokens_per_turn']} | {fmt(r['seconds_per_turn'])} |")
+    first = next(iter(rows.values()))
+    lines.append(f"\nalways-hallucinated turn accuracy: {first['always_hallucinated']} over {first['turns']} turns")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-c", "--config", required=True, help="A synth config: its backend and teacher settings are the base.")
+    parser.add_argument("--variants", required=True, type=Path, help="YAML: variant name -> teacher settings over the base.")
+    parser.add_argument("--only", action="append", help="Run only these variants (repeatable).")
+    parser.add_argument("-i", "--input", required=True)
+    parser.add_argument("--source", default="jsonl")
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--folds", type=int, default=5, help="Folds (by dialogue) for the out-of-fold calibration figures.")
+    parser.add_argument("--out", type=Path, default=Path("runs/teacher_quality"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="KEY=VALUE over the config (e.g. backend.cache=null).")
+    args = parser.parse_args(argv)
+    tree = load_config(args.config, args.overrides)
+    backend_config = BackendConfig.model_validate(tree["backend"])
+    variants = yaml.safe_load(args.variants.read_text())
+    unknown = set(args.only or []) - set(variants)
+    if unknown:
+        parser.error(f"no such variant in {args.variants}: {', '.join(sorted(unknown))}")
+    dialogues = load_dialogues(DataSelection(input=args.input, source=args.source, limit=args.limit), None)
+    backend = None
+
+    def shared_backend():
+        nonlocal backend
+        backend = backend or make_backend(backend_config)
+        return backend
+
+    rows = {}
+    for name, settings in variants.items():
+        if args.only and name not in args.only:
+            continue
+        teacher = TeacherConfig.model_validate({**tree.get("teacher", {}), **settings})
+        rows[name] = measure(name, teacher, dialogues, shared_backend, args.out, args.folds)
+        (args.out / "quality.json").write_text(json.dumps({"model": backend_config.model, "input": args.input, "variants": rows}, indent=2))
+    fitted = [r["fitted_on_all"] for r in rows.values() if "fitted_on_all" in r]
+    if fitted:
+        (args.out / "fitted.yaml").write_text(yaml.safe_dump(fitted[-1], sort_keys=False))
+    (args.out / "quality.md").write_text(table(rows) + "\n")
+    print(table(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

