@@ -1,5 +1,7 @@
 # Two commands do everything on a fresh machine:
-#   make demo   install, fetch the embedded models, run the teacher on the embedded demo data
+#   make demo   install, fetch the embedded models, then teacher -> student training -> vLLM
+#               scoring -> evaluation and speed benchmark on the shipped demo data; prints the
+#               headline table of runs/demo/report.md
 #   make test   install, run the test suite (what CI runs)
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,11 +25,30 @@ install: $(STAMP)
 test: install
 	OMP_NUM_THREADS=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(BIN)/python -m pytest -q
 
+DEMO := runs/demo
 demo: install
 	$(BIN)/fastvista models fetch
-	$(BIN)/fastvista synth -c configs/synth/teacher_vllm_cpu.yaml \
-		--source jsonl -i data/demo/topical_chat_demo.jsonl -o runs/demo
-	@echo "teacher outputs: runs/demo/ (summary.json, labelled.jsonl, train.jsonl)"
+	@mkdir -p $(DEMO)
+	@# 1. The teacher relabels a slice: the 8 Topical-Chat demo dialogues (held out from the shipped
+	@#    training set) and 8 BEGIN responses of each split.
+	cat data/demo/topical_chat_demo.jsonl > $(DEMO)/teacher_input.jsonl
+	sed -n '1,8p;31,38p;61,68p' data/demo/begin_demo.jsonl >> $(DEMO)/teacher_input.jsonl
+	$(BIN)/fastvista synth -c configs/synth/teacher_vllm_cpu.yaml -i $(DEMO)/teacher_input.jsonl -o $(DEMO)/teacher
+	@# 2. The student learns from the shipped teacher-labelled set (data/demo/TRAINING_SET.md).
+	OMP_NUM_THREADS=2 $(BIN)/accelerate launch --config_file configs/accelerate/cpu.yaml train/sft.py --config configs/sft/smollm2_demo.yaml
+	@# 3. The student scores the teacher's slice and human-labelled BEGIN and Q2 responses on vLLM.
+	cat data/demo/topical_chat_demo.jsonl data/demo/begin_demo.jsonl data/demo/q2_demo.jsonl > $(DEMO)/student_input.jsonl
+	$(BIN)/fastvista score -c configs/score/student_merged_cpu.yaml --set backend.model=$(DEMO)/student/merged \
+		-i $(DEMO)/student_input.jsonl -o $(DEMO)/student_scored --quiet
+	@# 4. Evaluation: agreement with the teacher, accuracy against human labels, speed on one engine.
+	$(BIN)/fastvista eval agreement $(DEMO)/student_scored/results.jsonl $(DEMO)/teacher/labelled.jsonl -o $(DEMO)/agreement.json
+	$(BIN)/fastvista eval gold $(DEMO)/student_scored/results.jsonl -o $(DEMO)/gold_student.json
+	$(BIN)/fastvista eval gold $(DEMO)/teacher/labelled.jsonl -o $(DEMO)/gold_teacher.json
+	$(BIN)/python -m evaluation.speed --model $(DEMO)/student/merged --input data/demo/topical_chat_demo.jsonl --out $(DEMO)/speed
+	$(BIN)/python -m evaluation.report --agreement $(DEMO)/agreement.json --gold student=$(DEMO)/gold_student.json \
+		--gold teacher=$(DEMO)/gold_teacher.json --speed $(DEMO)/speed/speed.json \
+		--usage teacher=$(DEMO)/teacher/summary.json --usage student=$(DEMO)/student_scored/summary.json \
+		--out $(DEMO)/report.md --headline
 
 clean:
 	rm -rf $(VENV) runs

@@ -81,6 +81,21 @@ def usage_section(summaries: dict[str, dict]) -> list[str]:
     return lines + [""]
 
 
+def headline_section(agreement: dict | None, golds: dict[str, dict], speed: dict | None) -> list[str]:
+    """The few figures a reader wants first."""
+    rows = ["## Headline", "", "| measure | value |", "|---|---|"]
+    if agreement:
+        d = agreement["hallucinated_decision"]
+        rows.append(f"| agreement with the teacher: hallucinated decision (n={d['n']}) / Cohen's kappa | {d['agreement']} / {d['kappa']} |")
+        rows.append(f"| agreement with the teacher: turn score Pearson | {_ci(agreement['turn_score'])} |")
+    for name, g in golds.items():
+        a = g["turn_accuracy"]
+        rows.append(f"| {name}: accuracy against human labels (n={a['n']}) / always hallucinated | {a['accuracy']} / {a.get('always_hallucinated')} |")
+    if speed:
+        rows.append(f"| speedup of the single pass over the teacher (same engine, {speed['student']['turns']} turns) | **{speed['speedup']}x** |")
+    return rows + [""]
+
+
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agreement", type=Path)
@@ -88,20 +103,25 @@ def main(argv=None) -> str:
     parser.add_argument("--speed", type=Path)
     parser.add_argument("--usage", action="append", default=[], help="NAME=summary.json of a synth or score run (repeatable)")
     parser.add_argument("--out", type=Path, default=Path("runs/report.md"))
+    parser.add_argument("--headline", action="store_true", help="Print only the headline table and where the report is.")
     args = parser.parse_args(argv)
-    lines = ["# fastvista evaluation report", ""]
-    if args.agreement:
-        lines += agreement_section(json.loads(args.agreement.read_text()))
-    if args.gold:
-        lines += gold_section({name: json.loads(Path(p).read_text()) for name, p in (g.split("=", 1) for g in args.gold)})
-    if args.speed:
-        lines += speed_section(json.loads(args.speed.read_text()))
+    golds = {name: json.loads(Path(p).read_text()) for name, p in (g.split("=", 1) for g in args.gold)}
+    agreement = json.loads(args.agreement.read_text()) if args.agreement else None
+    speed = json.loads(args.speed.read_text()) if args.speed else None
+    headline = headline_section(agreement, golds, speed)
+    lines = ["# fastvista evaluation report", "", *headline]
+    if agreement:
+        lines += agreement_section(agreement)
+    if golds:
+        lines += gold_section(golds)
+    if speed:
+        lines += speed_section(speed)
     if args.usage:
         lines += usage_section({name: json.loads(Path(p).read_text()) for name, p in (u.split("=", 1) for u in args.usage)})
     text = "\n".join(lines)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
-    print(text)
+    print("\n".join(headline) + f"\nfull report: {args.out}" if args.headline else text)
     return text
 
 

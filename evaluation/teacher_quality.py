@@ -95,6 +95,7 @@ def main(argv=None) -> dict:
     parser.add_argument("-i", "--input", required=True)
     parser.add_argument("--source", default="jsonl")
     parser.add_argument("--limit", type=int)
+    parser.add_argument("--sample", type=int, help="A seeded random sample of N dialogues.")
     parser.add_argument("--folds", type=int, default=5, help="Folds (by dialogue) for the out-of-fold calibration figures.")
     parser.add_argument("--out", type=Path, default=Path("runs/teacher_quality"))
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="KEY=VALUE over the config (e.g. backend.cache=null).")
@@ -105,7 +106,7 @@ def main(argv=None) -> dict:
     unknown = set(args.only or []) - set(variants)
     if unknown:
         parser.error(f"no such variant in {args.variants}: {', '.join(sorted(unknown))}")
-    dialogues = load_dialogues(DataSelection(input=args.input, source=args.source, limit=args.limit), None)
+    dialogues = load_dialogues(DataSelection(input=args.input, source=args.source, limit=args.limit, sample=args.sample), None)
     backend = None
 
     def shared_backend():

@@ -122,6 +122,8 @@ def data_convert(
     limit: Optional[int] = typer.Option(None, help="Keep the first N dialogues that qualify."),
     min_scored_turns: int = typer.Option(0, help="Keep only dialogues with at least this many scored turns."),
     max_scored_turns: Optional[int] = typer.Option(None, help="Cut each dialogue after this many scored turns."),
+    sample: Optional[int] = typer.Option(None, help="Keep a seeded random sample of N of the dialogues that qualify."),
+    seed: int = typer.Option(0, help="Seed of --sample."),
     option: List[str] = typer.Option([], "--option", help="Loader option KEY=VALUE, e.g. wow_file=PATH (ais), assistant=agent_1 (topical_chat)."),
 ):
     """Map a benchmark's own files into fastvista's dialogue records (JSONL)."""
@@ -131,7 +133,7 @@ def data_convert(
     skipped: list[RecordError] = []
     try:
         selection = DataSelection(input=str(path), source=source, options=parse_options(option), limit=limit,
-                                  min_scored_turns=min_scored_turns, max_scored_turns=max_scored_turns)
+                                  min_scored_turns=min_scored_turns, max_scored_turns=max_scored_turns, sample=sample, seed=seed)
         records = load_dialogues(selection, skipped if skip_bad else None)
     except (RecordError, ValueError) as e:
         fail(str(e))
@@ -321,6 +323,7 @@ def serve(
     max_lora_rank: int = typer.Option(64),
     tensor_parallel_size: int = typer.Option(1, help="GPUs to split the model over."),
     dtype: str = typer.Option("auto"),
+    ngram_speculation: int = typer.Option(0, help="Prompt-lookup (n-gram) speculative decoding: draft tokens a step (0: off)."),
     allow_runtime_lora: bool = typer.Option(False, help="Let clients load adapters at run time (off: only the adapters named here)."),
     log: Path = typer.Option(Path("runs/serve.log"), help="Where the server's output goes."),
     timeout: float = typer.Option(900, help="Seconds to wait for the server to become healthy."),
@@ -336,8 +339,10 @@ def serve(
 
     try:
         adapters = dict(item.split("=", 1) for item in adapter)
+        speculative = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": ngram_speculation,
+                                                             "prompt_lookup_max": 4})] if ngram_speculation else []
         cmd = serve_command(resolve_model(model), adapters, host, port, max_model_len, gpu_memory_utilization,
-                            max_lora_rank, tensor_parallel_size, dtype)
+                            max_lora_rank, tensor_parallel_size, dtype, extra=speculative)
     except (ValueError, ModelError) as e:
         fail(str(e))
     typer.echo(" ".join(cmd))

@@ -1,8 +1,10 @@
-"""The student's per-dialogue state machine: one model call per scored turn.
+"""The student's per-dialogue state machine: one model call per scored turn, or per window of
+scored turns (`turns_per_call`, the dialogue-level pass of `fastvista.window_pass`).
 
 Turn k's knowledge store is built from the student's own VERIFIED and OUT_OF_SCOPE claims of the
-turns before it, so turns of one dialogue are sequential; the scheduler batches the next turn of
-every open dialogue into one engine call (a wave). The answer is forced into the single-pass
+turns before it, so calls of one dialogue are sequential; the scheduler batches the next call of
+every open dialogue into one engine call (a wave). A window carries its store in its own answer,
+so a dialogue of N scored turns needs N / turns_per_call waves instead of N. The answer is forced into the single-pass
 format where the engine can (a regex), retried with sampling where it cannot, and a turn whose
 answer never parses is reported with `parse_error`, never dropped.
 """
@@ -21,6 +23,7 @@ from fastvista.scheduler import ask, usage_of
 from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult
 from fastvista.scoring import is_hallucinated, scored_dialogue, turn_score
 from fastvista.single_pass import HISTORY_TURNS, MAX_CLAIM_CHARS, MAX_CLAIMS, output_regex, parse_output, student_messages
+from fastvista.window_pass import parse_window_output, window_messages, window_regex, windows
 
 
 class StudentConfig(BaseModel):
@@ -37,6 +40,9 @@ class StudentConfig(BaseModel):
     retries: int = 2  # further attempts (sampled) when an answer does not parse
     retry_temperature: float = 0.7
     logprobs: int = 1  # > 0: a confidence per claim from its label tokens' log-probabilities
+    # 1: the per-turn single pass (DESIGN.md); N > 1: one call scores up to N scored turns (the
+    # model must have been trained on that format: the teacher's train_window.jsonl)
+    turns_per_call: int = 1
 
 
 def label_confidences(logprobs: list[TokenLogprob] | None, claims: list[Claim]) -> list[float | None]:
@@ -97,9 +103,44 @@ def score_turn(
     )
 
 
+def score_window(
+    dialogue: Dialogue, window: list[int], store: list[str], cfg: StudentConfig, constrained: bool
+) -> Generator[list[ChatRequest], list[Completion], list[TurnResult]]:
+    """Score a window of scored turns in one call. The call's usage is booked on the window's
+    first turn, so per-turn sums stay the run's totals."""
+    completions: list[Completion] = []
+    request = student_request(window_messages(dialogue, window, store, cfg.history_turns), cfg, False).model_copy(update={
+        "max_tokens": cfg.max_tokens * len(window),
+        "regex": window_regex(len(window), cfg.max_claims, cfg.max_claim_chars) if constrained and cfg.constrain else None,
+    })
+    [(per_turn, error, completion)] = yield from ask(
+        [request], lambda text: parse_window_output(text, len(window)), cfg.retries, cfg.retry_temperature, completions
+    )
+    usage = [usage_of(completions)] + [usage_of([])] * (len(window) - 1)
+    if per_turn is None:
+        return [TurnResult(index=i, claims=[], score=None, no_claims=False, hallucinated=False, store_after=list(store), usage=u,
+                           errors=[f"student: {error}"], parse_error=error, raw_output=completion.text) for i, u in zip(window, usage)]
+    every = [c for claims in per_turn for c in claims]
+    for claim, confidence in zip(every, label_confidences(completion.logprobs, every)):
+        claim.confidence = confidence
+    results = []
+    for index, claims, u in zip(window, per_turn, usage):
+        labels = [c.label for c in claims]
+        store = list(store) + [c.text for c in claims if c.label in REMEMBERED_LABELS and c.text not in store]
+        results.append(TurnResult(index=index, claims=claims, score=turn_score(labels), no_claims=not claims,
+                                  hallucinated=is_hallucinated(labels), store_after=store, usage=u))
+    return results
+
+
 def score_dialogue(dialogue: Dialogue, cfg: StudentConfig, constrained: bool) -> Generator[list[ChatRequest], list[Completion], ScoredDialogue]:
     store = list(dialogue.knowledge_init)
     results: list[TurnResult] = []
+    if cfg.turns_per_call > 1:
+        for window in windows(dialogue.scored_indices(), cfg.turns_per_call):
+            window_results = yield from score_window(dialogue, window, store, cfg, constrained)
+            store = window_results[-1].store_after
+            results.extend(window_results)
+        return scored_dialogue(dialogue, results)
     for index in dialogue.scored_indices():
         messages = student_messages(dialogue, index, store, cfg.history_turns)
         result = yield from score_turn(messages, index, store, cfg, constrained)

@@ -16,7 +16,7 @@ from fastvista.single_pass import HISTORY_TURNS
 from fastvista.summary import summarise
 from synth.pipeline import TeacherConfig, label_dialogue
 from synth.prompts import PROMPTS_VERSION
-from synth.training_set import training_examples
+from synth.training_set import training_examples, window_examples
 
 
 class SynthConfig(BaseModel):
@@ -26,6 +26,8 @@ class SynthConfig(BaseModel):
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     max_active: int = 256  # dialogues advanced together; their pending calls form one batch
     student_history_turns: int = HISTORY_TURNS
+    # also write train_window.jsonl for a dialogue-level student scoring this many turns a call (0: no)
+    student_window_turns: int = 4
 
 
 def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = True) -> dict:
@@ -48,6 +50,9 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     )
     examples = [e for s in scored for e in training_examples(s, config.student_history_turns)]
     write_jsonl(out_dir / "train.jsonl", examples)
+    if config.student_window_turns > 1:
+        write_jsonl(out_dir / "train_window.jsonl",
+                    [e for s in scored for e in window_examples(s, config.student_window_turns, config.student_history_turns)])
     summary = {**summarise(scored), "training_examples": len(examples), **run_report}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

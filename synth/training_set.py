@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastvista.schema import ScoredDialogue
 from fastvista.single_pass import HISTORY_TURNS, render_target, student_messages
+from fastvista.window_pass import render_window_target, window_messages, windows
 
 
 def training_examples(scored: ScoredDialogue, history_turns: int = HISTORY_TURNS) -> list[dict]:
@@ -29,4 +30,26 @@ def training_examples(scored: ScoredDialogue, history_turns: int = HISTORY_TURNS
             }
         )
         store = result.store_after
+    return examples
+
+
+def window_examples(scored: ScoredDialogue, turns_per_call: int, history_turns: int = HISTORY_TURNS) -> list[dict]:
+    """One example per window of `turns_per_call` scored turns (the dialogue-level pass); the
+    store is the teacher's store before the window. A window with a turn the teacher could not
+    label is left out whole."""
+    examples = []
+    results = {r.index: r for r in scored.turns}
+    store = list(scored.dialogue.knowledge_init)
+    for window in windows([r.index for r in scored.turns], turns_per_call):
+        if not any(results[i].errors for i in window):
+            examples.append(
+                {
+                    "id": f"{scored.id}#{window[0]}-{window[-1]}",
+                    "dialogue_id": scored.id,
+                    "turn_index": window[0],
+                    "prompt": window_messages(scored.dialogue, window, store, history_turns),
+                    "completion": [{"role": "assistant", "content": render_window_target([results[i].claims for i in window])}],
+                }
+            )
+        store = results[window[-1]].store_after
     return examples

@@ -90,11 +90,39 @@ class ScriptedBackend:
 
 def student_answer(request: ChatRequest) -> str:
     """The single-pass answer by the same rules: one claim per sentence of [TURN]."""
+    from fastvista.window_pass import WINDOW_SYSTEM_PROMPT
+
+    if request.messages[0]["content"] == WINDOW_SYSTEM_PROMPT:
+        return window_answer(request.messages[-1]["content"], request.temperature)
     sections = split_sections(request.messages[-1]["content"])
-    turn = sections["[TURN]"]
-    if "BROKEN" in turn or ("FLAKY" in turn and request.temperature == 0):
+    return turn_answer(sections["[TURN]"], sections["[REFERENCE]"] + "\n" + sections["[KNOWLEDGE STORE]"], request.temperature)
+
+
+def window_answer(message: str, temperature: float) -> str:
+    """The dialogue-level answer: each marked turn by the per-turn rules, the claims it already
+    remembered in this answer counting as evidence for the later turns."""
+    from fastvista.window_pass import message_headers
+
+    headers = message_headers(message)
+    blocks, current = {}, None
+    for line in message.split("\n"):
+        if line in headers:
+            current = line
+            blocks[current] = []
+        else:
+            blocks[current].append(line)
+    remembered, out = "\n".join(blocks["[KNOWLEDGE STORE]"]), []
+    for k in range(1, sum(h.startswith("[TURN") for h in headers) + 1):
+        answer = turn_answer("\n".join(blocks[f"[TURN {k}]"]), "\n".join(blocks[f"[REFERENCE {k}]"]) + "\n" + remembered, temperature)
+        remembered += "\n" + "\n".join(l.split(". ", 1)[1].split(" | ")[0] for l in answer.split("\n") if l.endswith(("VERIFIED", "OUT_OF_SCOPE")))
+        out.append(f"[TURN {k}]\n{answer}")
+    return "\n".join(out)
+
+
+def turn_answer(turn: str, evidence: str, temperature: float) -> str:
+    if "BROKEN" in turn or ("FLAKY" in turn and temperature == 0):
         return "Sorry, here are the claims: Paris | MAYBE"
-    evidence = (sections["[REFERENCE]"] + "\n" + sections["[KNOWLEDGE STORE]"]).lower()
+    evidence = evidence.lower()
     lines = []
     for sentence in [s.strip() for s in turn.split(".") if s.strip() and not s.strip().endswith("?")]:
         claim = sentence.replace("FLAKY", "").strip()

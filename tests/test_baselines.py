@@ -230,3 +230,21 @@ def test_hugging_face_reader_gives_spans_and_nli_gives_labels(tiny_step_models):
     assert set(drive(steps.nli([(t, "Paris is big.") for t in texts]), ScriptedBackend())) <= {"entailment", "neutral", "contradiction"}
     questions = drive(steps.questions([("Paris", t) for t in texts]), ScriptedBackend())
     assert len(questions) == 3 and all(q is None or q.endswith("?") for q in questions)
+
+
+def test_benchmark_compares_scorers_on_one_engine_and_derives_q2_without_nli(tmp_path):
+    from evaluation import benchmark
+
+    records = tmp_path / "in.jsonl"
+    texts = [("Paris is the capital of France.", "faithful"), ("Lyon is the capital of Spain.", "hallucinated"),
+             ("The Seine flows through Paris.", "faithful")]
+    records.write_text("".join(Dialogue(id=f"d{k}", source="s", turns=[Turn(role="assistant", text=t, reference="Paris is the capital of France. The Seine flows through Paris.",
+                                                                            gold=Gold(label=g))]).model_dump_json() + "\n" for k, (t, g) in enumerate(texts)))
+    with FakeOpenAI() as server:
+        config = tmp_path / "c.yaml"
+        config.write_text(f"backend: {{kind: openai, model: scripted, base_url: '{server.url}', api_key_env: HOME}}\n")
+        results = benchmark.main(["-c", str(config), "--scorer", "q2", "--scorer", "judge", "--data", f"toy={records}@2", "--out", str(tmp_path / "b")])
+    assert set(results["toy"]) == {"q2", "q2 w/o NLI", "judge"}
+    assert results["toy"]["judge"]["turns"] == 2 and results["toy"]["judge"]["calls_per_turn"] == 1.0
+    assert results["toy"]["q2"]["calls_per_turn"] > 2  # questions, answers on both texts
+    assert (tmp_path / "b" / "benchmark.md").read_text().count("| toy |") == 3

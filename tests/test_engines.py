@@ -24,7 +24,7 @@ def check_labelled(labelled: list[ScoredDialogue]):
     for d in labelled:
         assert [t.index for t in d.turns] == [1, 3, 5]
         for t in d.turns:
-            steps = 1 + len(t.claims) + sum(c.label.value != "VERIFIED" for c in t.claims)
+            steps = 1 + len(t.claims) + sum(not c.about_speaker for c in t.claims)
             # every step is one call, or two when its answer had to be retried
             assert steps <= t.usage.calls <= 2 * steps
             assert t.usage.prompt_tokens > 0
@@ -84,6 +84,17 @@ def test_vllm_constraints_and_bad_requests(vllm_engine):
     assert len(parse_output(good.text)) <= 1
     assert len(good.logprobs) == good.completion_tokens
     assert bad.error and "context length" in bad.error
+
+
+def test_ngram_speculation_leaves_greedy_outputs_unchanged(tiny_model, vllm_engine):
+    speculative = make_backend(BackendConfig(kind="vllm", model=str(tiny_model), dtype="bfloat16", max_model_len=4096,
+                                             kv_cache_memory_bytes=256 * 2**20,
+                                             speculative={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}))
+    text = "The Louvre is in Paris. The Louvre is in Paris. The Louvre"
+    requests = [ChatRequest(messages=[{"role": "user", "content": f"{text} {i}"}], max_tokens=40) for i in range(4)]
+    assert [c.text for c in speculative.generate(requests)] == [c.text for c in vllm_engine.generate(requests)]
+    counts = speculative.speculation()
+    assert counts["draft_tokens"] >= counts["accepted_tokens"] >= 0 and vllm_engine.speculation() is None
 
 
 def test_hf_serves_the_adapter_only_to_requests_that_name_it(tiny_model, tmp_path):

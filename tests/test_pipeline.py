@@ -259,3 +259,19 @@ def test_gold_claims_replace_decomposition():
     assert not any(r.messages[0]["content"] == prompts.DECOMPOSE_SYSTEM for r in backend.requests)
     with pytest.raises(ValueError, match="no human claims"):
         drive(Dialogue(id="n", turns=[Turn(role="assistant", text="x")]), TeacherConfig(gold_claims=True), backend)
+
+
+def test_window_examples_carry_the_teachers_labels_and_store():
+    from fastvista.window_pass import WINDOW_SYSTEM_PROMPT, parse_window_output
+    from synth.training_set import window_examples
+
+    result = drive(museum_dialogue(), TeacherConfig(), ScriptedBackend())
+    first, second = window_examples(result, 2)
+    assert first["prompt"][0]["content"] == WINDOW_SYSTEM_PROMPT and first["id"] == "d0#1-3"
+    parsed = parse_window_output(first["completion"][0]["content"], 2)
+    assert [[(c.text, c.label) for c in t] for t in parsed] == [[(c.text, c.label) for c in t.claims] for t in result.turns[:2]]
+    store_block = second["prompt"][1]["content"].split("[HISTORY]")[0]
+    assert all(c in store_block for c in result.turns[1].store_after)
+    # a window with a turn the teacher could not label is left out whole
+    result.turns[0].errors = ["claim 1: verify: unreadable"]
+    assert [e["id"] for e in window_examples(result, 2)] == ["d0#5-5"]

@@ -73,6 +73,9 @@ class BackendConfig(BaseModel):
     kv_cache_memory_bytes: Optional[int] = None
     tensor_parallel_size: int = 1
     enable_prefix_caching: bool = True
+    # vllm: speculative decoding, e.g. {method: ngram, num_speculative_tokens: 4, prompt_lookup_max: 4}
+    # (prompt lookup: the student's claims copy spans of the turn it scores)
+    speculative: Optional[dict] = None
     batch_size: int = 8  # hf only: sequences per generate call
     lora_adapters: dict[str, str] = Field(default_factory=dict)  # name -> adapter folder
     max_lora_rank: int = 64

@@ -31,12 +31,28 @@ class VLLMBackend:
             kv_cache_memory_bytes=config.kv_cache_memory_bytes,
             seed=0,
         )
+        if config.speculative:
+            # speculative decoding's acceptance counters are read from the engine's statistics
+            kwargs.update(speculative_config=dict(config.speculative), disable_log_stats=False)
         if config.lora_adapters:
             kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=len(config.lora_adapters))
         self.llm = LLM(**kwargs)
         self.loras = {
             name: LoRARequest(name, i, str(p)) for i, (name, p) in enumerate(config.lora_adapters.items(), 1)
         }
+
+    def speculation(self) -> dict | None:
+        """Draft tokens proposed and accepted so far (None without speculative decoding)."""
+        if not self.config.speculative:
+            return None
+        counts = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
+        names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+                 "vllm:spec_decode_num_accepted_tokens": "accepted_tokens"}
+        for metric in self.llm.get_metrics():
+            if metric.name in names:
+                counts[names[metric.name]] += int(getattr(metric, "value", 0))
+        counts["acceptance_rate"] = round(counts["accepted_tokens"] / counts["draft_tokens"], 4) if counts["draft_tokens"] else None
+        return counts
 
     def _params(self, r: ChatRequest):
         from vllm import SamplingParams

@@ -1,0 +1,116 @@
+"""Scorers side by side on human-labelled dialogues, one engine for all of them:
+
+    python -m evaluation.benchmark -c configs/eval/baselines_vllm_cpu.yaml \\
+        --scorer q2 --scorer factscore --scorer judge \\
+        --data q2=runs/eval_inputs/q2.jsonl@120 --data begin=runs/eval_inputs/begin_dev.jsonl@240 \\
+        --out runs/baselines
+
+`NAME=FILE@N` scores a seeded random sample of N dialogues of a JSONL file (all without @N).
+Per scorer and data set: turn accuracy (all and per source) beside always-hallucinated, how well
+the turn score separates faithful from hallucinated turns (mean scores, ROC AUC), calls, tokens
+and seconds per turn. Q2's run also gives the `Q2 w/o NLI` row (kept in each turn's details).
+Results go to OUT/SCORER/NAME/results.jsonl (resumable); benchmark.json and benchmark.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from evaluation.compare import against_gold
+from evaluation.metrics import accuracy, separation
+from evaluation.scorers import SCORERS, EvalConfig, backend_factory, machine_for
+from fastvista.config import DataSelection, load_config, load_dialogues
+from fastvista.records_io import read_scored
+from fastvista.scheduler import run
+
+
+def figures(scored, wall: float | None) -> dict:
+    turns = [t for d in scored for t in d.turns]
+    gold = against_gold(scored)
+    return {
+        "turns": len(turns),
+        "turn_accuracy": gold["turn_accuracy"],
+        "by_source": {s: v["accuracy"] for s, v in gold["turn_accuracy_by_source"].items()},
+        "always_hallucinated_by_source": {s: v["always_hallucinated"] for s, v in gold["turn_accuracy_by_source"].items()},
+        "separation": gold["score_separation"],
+        "calls_per_turn": round(statistics.mean(t.usage.calls for t in turns), 2),
+        "prompt_tokens_per_turn": round(statistics.mean(t.usage.prompt_tokens for t in turns), 1),
+        "completion_tokens_per_turn": round(statistics.mean(t.usage.completion_tokens for t in turns), 1),
+        "seconds_per_turn": round(wall / len(turns), 3) if wall else None,
+        "errors": sum(len(t.errors) for t in turns),
+    }
+
+
+def without_nli(scored, threshold: float) -> dict:
+    """Q2 w/o NLI from the same run: token-F1 scores kept in each turn's details."""
+    pairs = [(t.details["q2_no_nli"], d.dialogue.turns[t.index].gold.label == "hallucinated")
+             for d in scored for t in d.turns if t.details and d.dialogue.turns[t.index].gold]
+    return {"turn_accuracy": accuracy([s < threshold for s, _ in pairs], [g for _, g in pairs]),
+            "separation": separation([s for s, _ in pairs], [g for _, g in pairs])}
+
+
+def table(results: dict) -> str:
+    lines = ["| data | scorer | n | turn acc | always halluc. | score AUC | mean score faithful / halluc. | calls/turn | tokens/turn | s/turn |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for data, by_scorer in results.items():
+        for name, r in by_scorer.items():
+            acc, sep = r["turn_accuracy"], r["separation"]
+            tokens = r.get("prompt_tokens_per_turn", 0) + r.get("completion_tokens_per_turn", 0) if "calls_per_turn" in r else "-"
+            lines.append(f"| {data} | {name} | {acc['n']} | {acc['accuracy']} | {acc['always_hallucinated']} | {sep['roc_auc']} | "
+                         f"{sep['mean_faithful']} / {sep['mean_hallucinated']} | {r.get('calls_per_turn', '-')} | {tokens} | {r.get('seconds_per_turn') or '-'} |")
+    return "\n".join(lines)
+
+
+def parse_data(item: str) -> tuple[str, str, int | None]:
+    name, _, rest = item.partition("=")
+    path, _, n = rest.partition("@")
+    return name, path, int(n) if n else None
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-c", "--config", required=True, help="An eval config: backend and each scorer's settings.")
+    parser.add_argument("--scorer", action="append", required=True, choices=SCORERS)
+    parser.add_argument("--data", action="append", required=True, help="NAME=FILE.jsonl[@N] (repeatable).")
+    parser.add_argument("--out", type=Path, default=Path("runs/baselines"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="KEY=VALUE over the config.")
+    args = parser.parse_args(argv)
+    tree = load_config(args.config, args.overrides)
+    tree.pop("data", None)
+    backend = None
+
+    def shared_backend():
+        nonlocal backend
+        backend = backend or backend_factory(config)()
+        return backend
+
+    results: dict = {}
+    for item in args.data:
+        name, path, n = parse_data(item)
+        dialogues = load_dialogues(DataSelection(input=path, sample=n), None)
+        for scorer in args.scorer:
+            config = EvalConfig.model_validate({**tree, "scorer": scorer})
+            out = args.out / scorer / name / "results.jsonl"
+            provenance = {"scorer": scorer, "model": config.backend.model if config.backend else None, "settings": config.settings()}
+            start = time.perf_counter()
+            stats = run(dialogues, machine_for(config), shared_backend, out, max_active=config.max_active,
+                        total=len(dialogues), provenance=provenance, desc=f"{scorer} on {name}")
+            wall = time.perf_counter() - start if stats.labelled == len(dialogues) and stats.cached_calls == 0 else None
+            scored = read_scored(out, {d.id for d in dialogues})
+            results.setdefault(name, {})[scorer] = figures(scored, wall)
+            if scorer == "q2":
+                results[name]["q2 w/o NLI"] = without_nli(scored, config.q2.threshold)
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "benchmark.json").write_text(json.dumps({"config": args.config, "results": results}, indent=2))
+    text = table(results)
+    (args.out / "benchmark.md").write_text(text + "\n")
+    print(text)
+    return results
+
+
+if __name__ == "__main__":
+    main()
