@@ -64,12 +64,10 @@ def gold_section(golds: dict[str, dict]) -> list[str]:
 
 
 def speed_section(s: dict) -> list[str]:
-    rows = ["## Speed (same engine, same base model, same dialogues)", "", f"Engine: {s['engine']}; {s['dialogues']} dialogues.", "",
-            "| scorer | turns | calls/turn | prompt tok/turn | completion tok/turn | rounds | wall s | turns/s |", "|---|---|---|---|---|---|---|---|"]
-    for name in ("teacher", "student"):
-        r = s[name]
-        rows.append(f"| {name} | {r['turns']} | {r['calls_per_turn']} | {r['prompt_tokens_per_turn']} | {r['completion_tokens_per_turn']} | {r['rounds']} | {r['wall_seconds']} | {r['turns_per_second']} |")
-    return rows + ["", f"**Speedup: {s['speedup']}x** (student turns/s over teacher turns/s).", ""]
+    from evaluation.speed import table
+
+    return ["## Speed (same engine, same base model, same dialogues)", "", table(s), "",
+            f"**Speedup: {s['speedup']}x** ({s['best_student']} over {s['strongest_teacher_name']}, turns/s).", ""]
 
 
 def usage_section(summaries: dict[str, dict]) -> list[str]:
@@ -92,7 +90,8 @@ def headline_section(agreement: dict | None, golds: dict[str, dict], speed: dict
         a = g["turn_accuracy"]
         rows.append(f"| {name}: accuracy against human labels (n={a['n']}) / always hallucinated | {a['accuracy']} / {a.get('always_hallucinated')} |")
     if speed:
-        rows.append(f"| speedup of the single pass over the teacher (same engine, {speed['student']['turns']} turns) | **{speed['speedup']}x** |")
+        turns = speed["configurations"][speed["best_student"]]["turns"]
+        rows.append(f"| speedup: {speed['best_student']} over {speed['strongest_teacher_name']} (same engine, {turns} turns) | **{speed['speedup']}x** |")
     return rows + [""]
 
 

@@ -1,12 +1,23 @@
 """Speed benchmark: the multi-call teacher against the single-pass student on the same engine,
 the same base model, the same hardware and the same dialogues.
 
-    python -m evaluation.speed --model smollm2-135m-instruct --adapter runs/student/smollm2_cpu \\
-        --source vista --input ../shared/data/vista_human_dev.json --out runs/speed
+    python -m evaluation.speed --model runs/student/smollm2_cpu/merged \\
+        --window-model runs/student/smollm2_window/merged --window-turns 5 \\
+        --source jsonl --input runs/speed_input.jsonl --out runs/speed
 
-One vLLM engine serves both (prefix caching on, no completion cache): the teacher batched across
-dialogues in waves (its strongest fair setting), the student with its LoRA adapter. Prints a
-markdown table and writes speed.json and speed.md.
+Configurations (each on vLLM with prefix caching unless said otherwise):
+- `teacher`: the shipped teacher settings (label scores from log-probabilities), batched
+  across dialogues in rounds; `teacher (text labels)`: labels read from the answer's text. The
+  faster of the two is the teacher's strongest configuration.
+- `teacher, no prefix cache`: the same pipeline on an engine without prefix caching, as a plain
+  per-call pipeline runs.
+- `student`: the per-turn single pass, waves of one turn per open dialogue.
+- `student + n-gram`: the same with prompt-lookup speculative decoding (drafts copied from the
+  prompt: claims copy the turn's words); acceptance counted, greedy outputs compared.
+- `student, dialogue-level` (with --window-model): one call for up to --window-turns scored
+  turns, its own claims carried as the store; and `+ n-gram`.
+The teacher runs on the student's weights (same architecture, same engine). Prints a markdown
+table and writes speed.json and speed.md.
 """
 
 from __future__ import annotations
@@ -17,70 +28,129 @@ import statistics
 import time
 from pathlib import Path
 
-from fastvista.config import DataSelection, load_dialogues
+from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.llm import BackendConfig, make_backend
-from fastvista.scheduler import run
 from fastvista.records_io import read_scored
+from fastvista.scheduler import run
 from infer.student import StudentConfig, score_dialogue
 from synth.pipeline import TeacherConfig, label_dialogue
 
-
 def measure(name: str, dialogues, machine, backend, out: Path) -> dict:
-    path = out / f"{name}.jsonl"
+    path = out / f"{name.replace(' ', '_').replace(',', '').replace('+', 'plus')}.jsonl"
     path.unlink(missing_ok=True)
+    before = backend.speculation() if hasattr(backend, "speculation") else None
     start = time.perf_counter()
     stats = run(dialogues, machine, lambda: backend, path, progress=True, desc=name)
     wall = time.perf_counter() - start
     turns = [t for d in read_scored(path) for t in d.turns]
-    return {
+    result = {
         "turns": len(turns),
         "wall_seconds": round(wall, 2),
         "turns_per_second": round(len(turns) / wall, 3),
-        "seconds_per_turn": round(wall / len(turns), 3),
         "rounds": stats.rounds,
-        "calls_per_turn": round(statistics.mean(t.usage.calls for t in turns), 2),
-        "prompt_tokens_per_turn": round(statistics.mean(t.usage.prompt_tokens for t in turns), 1),
-        "completion_tokens_per_turn": round(statistics.mean(t.usage.completion_tokens for t in turns), 1),
+        "calls_per_turn": round(stats.calls / len(turns), 2),
+        "prompt_tokens_per_turn": round(stats.prompt_tokens / len(turns), 1),
+        "completion_tokens_per_turn": round(stats.completion_tokens / len(turns), 1),
+        "unparsed_turns": sum(t.parse_error is not None for t in turns),
+        "results": str(path),
     }
+    after = backend.speculation() if hasattr(backend, "speculation") else None
+    if after is not None:
+        drafted = {k: after[k] - (before or {}).get(k, 0) for k in ("draft_tokens", "accepted_tokens")}
+        result["speculation"] = {**drafted, "acceptance_rate": round(drafted["accepted_tokens"] / drafted["draft_tokens"], 4) if drafted["draft_tokens"] else None}
+    return result
+
+
+def same_outputs(a: str, b: str) -> dict:
+    """How many turns got the very same claims and labels in two runs."""
+    x = {(d.id, t.index): [(c.text, c.label) for c in t.claims] for d in read_scored(a) for t in d.turns}
+    y = {(d.id, t.index): [(c.text, c.label) for c in t.claims] for d in read_scored(b) for t in d.turns}
+    return {"turns": len(x), "identical": sum(x[k] == y.get(k) for k in x)}
 
 
 def table(result: dict) -> str:
-    rows = ["| scorer | turns | calls/turn | prompt tok/turn | completion tok/turn | rounds | wall s | turns/s |",
-            "|---|---|---|---|---|---|---|---|"]
-    for name in ("teacher", "student"):
-        r = result[name]
-        rows.append(f"| {name} | {r['turns']} | {r['calls_per_turn']} | {r['prompt_tokens_per_turn']} | "
-                    f"{r['completion_tokens_per_turn']} | {r['rounds']} | {r['wall_seconds']} | {r['turns_per_second']} |")
-    rows.append(f"\nspeedup (turns/s, student over teacher): **{result['speedup']}x** on {result['engine']}")
-    return "\n".join(rows)
+    rows = ["| configuration | turns | calls/turn | prompt tok/turn | completion tok/turn | rounds | wall s | turns/s | vs strongest teacher | vs plain teacher |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    strongest = result["strongest_teacher"]
+    plain = result["configurations"].get("teacher, no prefix cache", {}).get("turns_per_second")
+    for name, r in result["configurations"].items():
+        rows.append(f"| {name} | {r['turns']} | {r['calls_per_turn']} | {r['prompt_tokens_per_turn']} | {r['completion_tokens_per_turn']} | "
+                    f"{r['rounds']} | {r['wall_seconds']} | {r['turns_per_second']} | {r['turns_per_second'] / strongest:.2f}x | "
+                    + (f"{r['turns_per_second'] / plain:.2f}x |" if plain else "- |"))
+    notes = [f"\nEngine: {result['engine']}; {result['dialogues']} dialogues.",
+             f"Strongest teacher: {result['strongest_teacher_name']} ({strongest} turns/s)."]
+    for name, r in result["configurations"].items():
+        if "speculation" in r:
+            notes.append(f"{name}: {r['speculation']['accepted_tokens']} of {r['speculation']['draft_tokens']} drafted tokens accepted "
+                         f"({r['speculation']['acceptance_rate']}); outputs identical to greedy without drafting on "
+                         f"{r['identical']['identical']} of {r['identical']['turns']} turns.")
+    return "\n".join(rows + notes)
+
+
+def engine(model: str, args, **changes):
+    return make_backend(BackendConfig(kind="vllm", model=model, dtype=args.dtype, max_model_len=args.max_model_len,
+                                      kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30), **changes))
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="Base model of both (embedded name, folder or hub id).")
-    parser.add_argument("--adapter", help="The student's LoRA adapter folder (without one, the single pass runs on the base model: the same shape of work).")
+    parser.add_argument("--model", required=True, help="The per-turn student's merged weights (embedded name, folder or hub id); the teacher runs on them too.")
+    parser.add_argument("--window-model", help="A dialogue-level student's merged weights (trained on train_window.jsonl).")
+    parser.add_argument("--window-turns", type=int, default=5, help="Scored turns per call of the dialogue-level student.")
+    parser.add_argument("--teacher-config", default="configs/synth/teacher_vllm_cpu.yaml", help="Its teacher section gives the teacher's settings.")
     parser.add_argument("--input", required=True)
     parser.add_argument("--source", default="jsonl")
     parser.add_argument("--limit", type=int)
+    parser.add_argument("--speculative-tokens", type=int, default=4, help="Draft tokens per step of n-gram speculation (0: skip those rows).")
     parser.add_argument("--out", type=Path, default=Path("runs/speed"))
     parser.add_argument("--max-model-len", type=int, default=4096)
-    parser.add_argument("--kv-cache-gb", type=float, default=2.0)
+    parser.add_argument("--kv-cache-gb", type=float, default=1.5)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--skip-plain", action="store_true", help="Skip the teacher without prefix caching (slowest row).")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     dialogues = load_dialogues(DataSelection(input=args.input, source=args.source, limit=args.limit), None)
-    config = BackendConfig(kind="vllm", model=args.model, dtype=args.dtype, max_model_len=args.max_model_len,
-                           kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30),
-                           lora_adapters={"student": args.adapter} if args.adapter else {}, max_lora_rank=64)
-    backend = make_backend(config)
-    student = StudentConfig(adapter="student" if args.adapter else None)
+    ngram = {"method": "ngram", "num_speculative_tokens": args.speculative_tokens, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    student = StudentConfig(adapter=None)
+    shipped = TeacherConfig.model_validate(load_config(args.teacher_config, []).get("teacher", {}))
+    text_teacher = shipped.model_copy(update={"label_scores": False})
+    configs: dict = {}
+
+    main_engine = engine(args.model, args)
+    configs["teacher"] = measure("teacher", dialogues, lambda d: label_dialogue(d, shipped), main_engine, args.out)
+    configs["teacher (text labels)"] = measure("teacher (text labels)", dialogues, lambda d: label_dialogue(d, text_teacher), main_engine, args.out)
+    configs["student"] = measure("student", dialogues, lambda d: score_dialogue(d, student, True), main_engine, args.out)
+    if not args.skip_plain:
+        plain = engine(args.model, args, enable_prefix_caching=False)
+        configs["teacher, no prefix cache"] = measure("teacher, no prefix cache", dialogues, lambda d: label_dialogue(d, text_teacher), plain, args.out)
+    if args.speculative_tokens:
+        spec = engine(args.model, args, speculative=ngram)
+        configs["student + n-gram"] = measure("student + n-gram", dialogues, lambda d: score_dialogue(d, student, True), spec, args.out)
+        configs["student + n-gram"]["identical"] = same_outputs(configs["student"]["results"], configs["student + n-gram"]["results"])
+    if args.window_model:
+        window = StudentConfig(adapter=None, turns_per_call=args.window_turns)
+        w_engine = engine(args.window_model, args)
+        configs["student, dialogue-level"] = measure("student, dialogue-level", dialogues, lambda d: score_dialogue(d, window, True), w_engine, args.out)
+        if args.speculative_tokens:
+            w_spec = engine(args.window_model, args, speculative=ngram)
+            name = "student, dialogue-level + n-gram"
+            configs[name] = measure(name, dialogues, lambda d: score_dialogue(d, window, True), w_spec, args.out)
+            configs[name]["identical"] = same_outputs(configs["student, dialogue-level"]["results"], configs[name]["results"])
+    teachers = {k: v for k, v in configs.items() if k.startswith("teacher") and "no prefix" not in k}
+    strongest = max(teachers, key=lambda k: teachers[k]["turns_per_second"])
     result = {
-        "engine": f"vllm ({args.dtype}, prefix caching) on {args.model}" + (" + LoRA adapter" if args.adapter else ""),
+        "engine": f"vllm ({args.dtype}) on {args.model}" + (f" and {args.window_model}" if args.window_model else ""),
         "dialogues": len(dialogues),
-        "teacher": measure("teacher", dialogues, lambda d: label_dialogue(d, TeacherConfig()), backend, args.out),
-        "student": measure("student", dialogues, lambda d: score_dialogue(d, student, True), backend, args.out),
+        "configurations": configs,
+        "strongest_teacher_name": strongest,
+        "strongest_teacher": teachers[strongest]["turns_per_second"],
     }
-    result["speedup"] = round(result["student"]["turns_per_second"] / result["teacher"]["turns_per_second"], 2)
+    students = {k: v for k, v in configs.items() if k.startswith("student")}
+    best = max(students, key=lambda k: students[k]["turns_per_second"])
+    result["speedup"] = round(students[best]["turns_per_second"] / result["strongest_teacher"], 2)
+    result["best_student"] = best
+    if "teacher, no prefix cache" in configs:
+        result["speedup_over_plain_teacher"] = round(students[best]["turns_per_second"] / configs["teacher, no prefix cache"]["turns_per_second"], 2)
     (args.out / "speed.json").write_text(json.dumps(result, indent=2))
     (args.out / "speed.md").write_text(table(result) + "\n")
     print(table(result))

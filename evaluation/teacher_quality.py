@@ -9,7 +9,7 @@ cache answers what an earlier run asked). Per variant: turn accuracy against the
 (and per source), claim accuracy and macro-F1 (one for one on gold claims, aligned otherwise),
 calls, tokens and seconds per turn. Variants with label scores on gold claims also get
 out-of-fold figures with fitted thresholds (`synth.calibrate`), and the settings fitted on all
-of them are written to OUT/fitted.yaml. Prints a markdown table; writes quality.json and quality.md.
+of them are written to OUT/NAME/fitted.yaml. Prints a markdown table; writes quality.json and quality.md.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, out: 
             row["calibrated_cv"], row["fold_settings"] = calibrate.cross_validate(claims, folds)
             threshold, bias = calibrate.fit(claims)
             row["fitted_on_all"] = {"verify_threshold": threshold, "class_bias": {l.value: b for l, b in bias.items()}}
+            (out / name / "fitted.yaml").write_text(yaml.safe_dump(row["fitted_on_all"], sort_keys=False))
     elif "claims" in gold:
         report = gold["claims"]["labels_on_aligned"]
         row.update(claim_accuracy=report["accuracy"], macro_f1=report["macro_f1"], claim_recall=gold["claims"]["recall"],
@@ -121,9 +122,6 @@ def main(argv=None) -> dict:
         teacher = TeacherConfig.model_validate({**tree.get("teacher", {}), **settings})
         rows[name] = measure(name, teacher, dialogues, shared_backend, args.out, args.folds)
         (args.out / "quality.json").write_text(json.dumps({"model": backend_config.model, "input": args.input, "variants": rows}, indent=2))
-    fitted = [r["fitted_on_all"] for r in rows.values() if "fitted_on_all" in r]
-    if fitted:
-        (args.out / "fitted.yaml").write_text(yaml.safe_dump(fitted[-1], sort_keys=False))
     (args.out / "quality.md").write_text(table(rows) + "\n")
     print(table(rows))
     return rows

@@ -20,7 +20,7 @@ from fastvista.schema import ScoredDialogue
 ORDER = (Label.VERIFIED, *UNVERIFIABLE_CLASSES)  # label index used in the arrays below
 _UNSAFE = [ORDER.index(Label.CONTRADICTED), ORDER.index(Label.LACKING_EVIDENCE)]
 GRID = {
-    "threshold": [round(x, 2) for x in np.arange(0.05, 0.96, 0.05)],
+    "threshold": [round(float(x), 2) for x in np.arange(0.05, 0.96, 0.05)],
     Label.CONTRADICTED: [-8.0, -4.0, -2.0, -1.0, 0.0, 1.0],
     Label.LACKING_EVIDENCE: [-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0],
     Label.ABSTENTION: [-2.0, -1.0, 0.0, 1.0, 2.0],
