@@ -97,6 +97,25 @@ DECOMPOSE_EXAMPLES: list[tuple[list[tuple[str, str]], str, list[str]]] = [
             "The assistant has two cats.",
         ],
     ),
+    # Examples 7-8 (used from few_shot 8): short, casual turns still make claims about the world.
+    (
+        [("user", "have you seen the movie wonder?")],
+        "yes, it is about a boy with a facial difference going to school for the first time",
+        [
+            "The assistant has seen the movie Wonder.",
+            "The movie Wonder is about a boy with a facial difference.",
+            "In the movie Wonder, the boy goes to school for the first time.",
+        ],
+    ),
+    (
+        [("user", "i like tom hanks a lot")],
+        "me too, he was great in big. he won two oscars i think",
+        [
+            "The assistant likes Tom Hanks.",
+            "Tom Hanks acted in the movie Big.",
+            "Tom Hanks won two Oscars.",
+        ],
+    ),
 ]
 
 # Verification examples: (store, reference, claim, answer).

@@ -93,11 +93,19 @@ def test_report_tabulates_agreement_gold_and_speed(tmp_path):
     a = agreement(student, teacher)
     (tmp_path / "a.json").write_text(json.dumps(a))
     (tmp_path / "g.json").write_text(json.dumps(against_gold(teacher)))
-    speed = {"engine": "e", "dialogues": 6, "speedup": 3.5,
-             "teacher": {"turns": 18, "calls_per_turn": 4.0, "prompt_tokens_per_turn": 10, "completion_tokens_per_turn": 2, "rounds": 7, "wall_seconds": 9.0, "turns_per_second": 2.0},
-             "student": {"turns": 18, "calls_per_turn": 1.0, "prompt_tokens_per_turn": 5, "completion_tokens_per_turn": 2, "rounds": 3, "wall_seconds": 2.6, "turns_per_second": 7.0}}
+    def row(turns_per_second, calls):
+        return {"turns": 18, "calls_per_turn": calls, "prompt_tokens_per_turn": 10, "completion_tokens_per_turn": 2, "rounds": 7,
+                "wall_seconds": 18 / turns_per_second, "turns_per_second": turns_per_second}
+
+    speed = {"engine": "e", "dialogues": 6, "speedup": 3.5, "best_student": "student", "strongest_teacher_name": "teacher",
+             "strongest_teacher": 2.0, "configurations": {"teacher": row(2.0, 4.0), "teacher, no prefix cache": row(0.5, 4.0),
+                                                          "student": row(7.0, 1.0)}}
     (tmp_path / "s.json").write_text(json.dumps(speed))
     text = report.main(["--agreement", str(tmp_path / "a.json"), "--gold", f"teacher={tmp_path / 'g.json'}", "--speed", str(tmp_path / "s.json"), "--out", str(tmp_path / "r.md")])
     assert f"| {a['hallucinated_decision']['agreement']} / {a['hallucinated_decision']['kappa']} |" in text
     assert f"| {a['claims']['labels_on_aligned']['accuracy']} / {a['claims']['labels_on_aligned']['macro_f1']} |" in text
     assert "**Speedup: 3.5x**" in text and (tmp_path / "r.md").read_text() == text
+    # each configuration against the strongest teacher and against the plain one
+    assert "| student | 18 | 1.0 | 10 | 2 | 7 | 2.5714285714285716 | 7.0 | 3.50x | 14.00x |" in text
+    headline = report.main(["--speed", str(tmp_path / "s.json"), "--out", str(tmp_path / "h.md"), "--headline"])
+    assert "| speedup: student over teacher (same engine, 18 turns) | **3.5x** |" in headline

@@ -23,7 +23,7 @@ def build_tiny_model(folder: Path, seed: int = 0) -> Path:
     from synth import prompts
 
     corpus = [SYSTEM_PROMPT, prompts.DECOMPOSE_SYSTEM, prompts.VERIFY_SYSTEM, prompts.CLASSIFY_SYSTEM]
-    corpus += [t for _, t, claims in prompts.DECOMPOSE_EXAMPLES for t in [t, *claims]]
+    corpus += [t for _, t, claims in prompts.DECOMPOSE_EXAMPLES[:6] for t in [t, *claims]]  # a fixed corpus: a fixed vocabulary
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
