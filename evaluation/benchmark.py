@@ -59,7 +59,7 @@ def table(results: dict) -> str:
     for data, by_scorer in results.items():
         for name, r in by_scorer.items():
             acc, sep = r["turn_accuracy"], r["separation"]
-            tokens = r.get("prompt_tokens_per_turn", 0) + r.get("completion_tokens_per_turn", 0) if "calls_per_turn" in r else "-"
+            tokens = round(r["prompt_tokens_per_turn"] + r["completion_tokens_per_turn"], 1) if "calls_per_turn" in r else "-"
             lines.append(f"| {data} | {name} | {acc['n']} | {acc['accuracy']} | {acc['always_hallucinated']} | {sep['roc_auc']} | "
                          f"{sep['mean_faithful']} / {sep['mean_hallucinated']} | {r.get('calls_per_turn', '-')} | {tokens} | {r.get('seconds_per_turn') or '-'} |")
     return "\n".join(lines)
