@@ -15,7 +15,9 @@ Configurations (each on vLLM with prefix caching unless said otherwise):
 - `student + n-gram`: the same with prompt-lookup speculative decoding (drafts copied from the
   prompt: claims copy the turn's words); acceptance counted, greedy outputs compared.
 - `student, dialogue-level` (with --window-model): one call for up to --window-turns scored
-  turns, its own claims carried as the store; and `+ n-gram`.
+  turns, its own claims carried as the store; and `+ n-gram`. With --window-forced each window's
+  answer is forced to the per-turn student's claims for its turns, so both modes decode the same
+  text and the rows measure the mode itself, not how well each model was trained.
 The teacher runs on the student's weights (same architecture, same engine). Prints a markdown
 table and writes speed.json and speed.md.
 """
@@ -24,22 +26,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
 from fastvista.config import DataSelection, load_config, load_dialogues
-from fastvista.llm import BackendConfig, make_backend
+from fastvista.labels import REMEMBERED_LABELS
+from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.records_io import read_scored
-from fastvista.scheduler import run
+from fastvista.scheduler import run, usage_of
+from fastvista.schema import TurnResult, Usage
+from fastvista.scoring import is_hallucinated, scored_dialogue, turn_score
+from fastvista.window_pass import render_window_target, window_messages, windows
 from infer.student import StudentConfig, score_dialogue
 from synth.pipeline import TeacherConfig, label_dialogue
 
 def measure(name: str, dialogues, machine, backend, out: Path) -> dict:
-    path = out / f"{name.replace(' ', '_').replace(',', '').replace('+', 'plus')}.jsonl"
+    path = out / f"{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.jsonl"
     path.unlink(missing_ok=True)
     before = backend.speculation() if hasattr(backend, "speculation") else None
     start = time.perf_counter()
-    stats = run(dialogues, machine, lambda: backend, path, progress=True, desc=name)
+    stats = run(dialogues, machine, lambda: backend, path, total=len(dialogues), progress=True, desc=name)
     wall = time.perf_counter() - start
     turns = [t for d in read_scored(path) for t in d.turns]
     result = {
@@ -58,6 +65,28 @@ def measure(name: str, dialogues, machine, backend, out: Path) -> dict:
         drafted = {k: after[k] - (before or {}).get(k, 0) for k in ("draft_tokens", "accepted_tokens")}
         result["speculation"] = {**drafted, "acceptance_rate": round(drafted["accepted_tokens"] / drafted["draft_tokens"], 4) if drafted["draft_tokens"] else None}
     return result
+
+
+def literal_regex(text: str) -> str:
+    """A regex that matches `text` only (metacharacters escaped, newlines as \\n)."""
+    return "".join(r"\n" if c == "\n" else "\\" + c if c in r"\.^$|?*+()[]{}" else c for c in text)
+
+
+def forced_windows(dialogue, size: int, claims: dict, history_turns: int):
+    """The dialogue-level pass with every window's answer forced to the given claims."""
+    store, results = list(dialogue.knowledge_init), []
+    for window in windows(dialogue.scored_indices(), size):
+        per_turn = [claims[(dialogue.id, i)] for i in window]
+        target = render_window_target(per_turn)
+        request = ChatRequest(messages=window_messages(dialogue, window, store, history_turns), max_tokens=2048, regex=literal_regex(target))
+        [completion] = yield [request]
+        for k, (index, turn_claims) in enumerate(zip(window, per_turn)):
+            labels = [c.label for c in turn_claims]
+            store = store + [c.text for c in turn_claims if c.label in REMEMBERED_LABELS and c.text not in store]
+            results.append(TurnResult(index=index, claims=turn_claims, score=turn_score(labels), no_claims=not turn_claims,
+                                      hallucinated=is_hallucinated(labels), store_after=store, usage=usage_of([completion]) if k == 0 else Usage(),
+                                      errors=[] if completion.text.strip() == target else ["forced answer differs from its target"]))
+    return scored_dialogue(dialogue, results)
 
 
 def same_outputs(a: str, b: str) -> dict:
@@ -106,6 +135,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--kv-cache-gb", type=float, default=1.5)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--skip-plain", action="store_true", help="Skip the teacher without prefix caching (slowest row).")
+    parser.add_argument("--window-forced", action="store_true", help="Force the dialogue-level answers to the per-turn student's claims.")
+    parser.add_argument("--only", action="append", help="Run only these configurations (repeatable); others are kept from OUT/speed.json.")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     dialogues = load_dialogues(DataSelection(input=args.input, source=args.source, limit=args.limit), None)
@@ -113,28 +144,43 @@ def main(argv=None) -> dict:
     student = StudentConfig(adapter=None)
     shipped = TeacherConfig.model_validate(load_config(args.teacher_config, []).get("teacher", {}))
     text_teacher = shipped.model_copy(update={"label_scores": False})
-    configs: dict = {}
+    previous = args.out / "speed.json"
+    configs: dict = json.loads(previous.read_text())["configurations"] if args.only and previous.exists() else {}
+    engines: dict = {}
 
-    main_engine = engine(args.model, args)
-    configs["teacher"] = measure("teacher", dialogues, lambda d: label_dialogue(d, shipped), main_engine, args.out)
-    configs["teacher (text labels)"] = measure("teacher (text labels)", dialogues, lambda d: label_dialogue(d, text_teacher), main_engine, args.out)
-    configs["student"] = measure("student", dialogues, lambda d: score_dialogue(d, student, True), main_engine, args.out)
-    if not args.skip_plain:
-        plain = engine(args.model, args, enable_prefix_caching=False)
-        configs["teacher, no prefix cache"] = measure("teacher, no prefix cache", dialogues, lambda d: label_dialogue(d, text_teacher), plain, args.out)
-    if args.speculative_tokens:
-        spec = engine(args.model, args, speculative=ngram)
-        configs["student + n-gram"] = measure("student + n-gram", dialogues, lambda d: score_dialogue(d, student, True), spec, args.out)
+    def wanted(name: str) -> bool:
+        return not args.only or name in args.only
+
+    def on(key: str, model: str, **changes):
+        if key not in engines:
+            engines[key] = engine(model, args, **changes)
+        return engines[key]
+
+    for name, machine in [("teacher", lambda d: label_dialogue(d, shipped)), ("teacher (text labels)", lambda d: label_dialogue(d, text_teacher)),
+                          ("student", lambda d: score_dialogue(d, student, True))]:
+        if wanted(name):
+            configs[name] = measure(name, dialogues, machine, on("main", args.model), args.out)
+    if not args.skip_plain and wanted("teacher, no prefix cache"):
+        configs["teacher, no prefix cache"] = measure("teacher, no prefix cache", dialogues, lambda d: label_dialogue(d, text_teacher),
+                                                      on("plain", args.model, enable_prefix_caching=False), args.out)
+    if args.speculative_tokens and wanted("student + n-gram"):
+        configs["student + n-gram"] = measure("student + n-gram", dialogues, lambda d: score_dialogue(d, student, True), on("ngram", args.model, speculative=ngram), args.out)
         configs["student + n-gram"]["identical"] = same_outputs(configs["student"]["results"], configs["student + n-gram"]["results"])
     if args.window_model:
-        window = StudentConfig(adapter=None, turns_per_call=args.window_turns)
-        w_engine = engine(args.window_model, args)
-        configs["student, dialogue-level"] = measure("student, dialogue-level", dialogues, lambda d: score_dialogue(d, window, True), w_engine, args.out)
-        if args.speculative_tokens:
-            w_spec = engine(args.window_model, args, speculative=ngram)
-            name = "student, dialogue-level + n-gram"
-            configs[name] = measure(name, dialogues, lambda d: score_dialogue(d, window, True), w_spec, args.out)
-            configs[name]["identical"] = same_outputs(configs["student, dialogue-level"]["results"], configs[name]["results"])
+        if args.window_forced:
+            claims = {(d.id, t.index): t.claims for d in read_scored(configs["student"]["results"]) for t in d.turns}
+            machine = lambda d: forced_windows(d, args.window_turns, claims, student.history_turns)  # noqa: E731
+            base = "student, dialogue-level (forced to the per-turn claims)"
+        else:
+            window = StudentConfig(adapter=None, turns_per_call=args.window_turns)
+            machine = lambda d: score_dialogue(d, window, True)  # noqa: E731
+            base = "student, dialogue-level"
+        if wanted(base):
+            configs[base] = measure(base, dialogues, machine, on("window", args.window_model), args.out)
+        name = f"{base} + n-gram"
+        if args.speculative_tokens and wanted(name):
+            configs[name] = measure(name, dialogues, machine, on("window ngram", args.window_model, speculative=ngram), args.out)
+            configs[name]["identical"] = same_outputs(configs[base]["results"], configs[name]["results"])
     teachers = {k: v for k, v in configs.items() if k.startswith("teacher") and "no prefix" not in k}
     strongest = max(teachers, key=lambda k: teachers[k]["turns_per_second"])
     result = {

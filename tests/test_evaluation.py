@@ -109,3 +109,33 @@ def test_report_tabulates_agreement_gold_and_speed(tmp_path):
     assert "| student | 18 | 1.0 | 10 | 2 | 7 | 2.5714285714285716 | 7.0 | 3.50x | 14.00x |" in text
     headline = report.main(["--speed", str(tmp_path / "s.json"), "--out", str(tmp_path / "h.md"), "--headline"])
     assert "| speedup: student over teacher (same engine, 18 turns) | **3.5x** |" in headline
+
+
+def test_forced_windows_ask_for_exactly_the_per_turn_claims():
+    import re
+
+    from fastvista.llm import Completion
+    from evaluation.speed import forced_windows, literal_regex
+    from infer.student import score_dialogue as student_machine
+    from tests.test_student import long_chat
+
+    per_turn = drive(student_machine(long_chat(), StudentConfig(), True), ScriptedStudent())
+    claims = {(per_turn.id, t.index): t.claims for t in per_turn.turns}
+
+    class Echo:
+        """Answers each forced request with the one text its regex allows."""
+
+        def __init__(self):
+            self.requests = []
+
+        def generate(self, requests):
+            self.requests += requests
+            return [Completion(text=re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), r.regex), completion_tokens=9) for r in requests]
+
+    echo = Echo()
+    result = drive(forced_windows(long_chat(), 2, claims, 8), echo)
+    assert len(echo.requests) == 2 and all(re.fullmatch(r.regex, re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), r.regex)) for r in echo.requests)
+    assert [[(c.text, c.label) for c in t.claims] for t in result.turns] == [[(c.text, c.label) for c in t.claims] for t in per_turn.turns]
+    assert [t.store_after for t in result.turns] == [t.store_after for t in per_turn.turns] and not any(t.errors for t in result.turns)
+    assert [t.usage.completion_tokens for t in result.turns] == [9, 0, 9, 0]
+    assert re.fullmatch(literal_regex("a.b (c) | [d]\n"), "a.b (c) | [d]\n") and not re.fullmatch(literal_regex("a.b"), "axb")
