@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from fastvista.schema import ScoredDialogue, TurnResult
-from fastvista.scoring import system_scores
+from fastvista.scoring import is_unattributed, system_scores
 from evaluation.metrics import accuracy, separation, align, correlation, decision_agreement, label_report, token_f1_matrix
 
 Similarity = Callable[[Sequence[str], Sequence[str]], np.ndarray]
@@ -73,8 +73,22 @@ def agreement(scorer: list[ScoredDialogue], teacher: list[ScoredDialogue], simil
     }
 
 
-def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1_matrix, threshold: float = 0.5) -> dict:
-    """Accuracy of a scorer's turn decisions (and, where humans wrote claims, its claim labels)."""
+READINGS = ("vista", "attribution")
+
+
+def decision(turn: TurnResult, reading: str) -> bool:
+    """A turn's "hallucinated" decision: VISTA's (the scorer's own), or the attribution reading of
+    its claim labels (`is_unattributed`) for benchmarks that label attribution, such as BEGIN."""
+    if reading == "vista":
+        return turn.hallucinated
+    if reading == "attribution":
+        return is_unattributed([c.label for c in turn.claims])
+    raise ValueError(f"unknown reading {reading!r}: one of {', '.join(READINGS)}")
+
+
+def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1_matrix, threshold: float = 0.5, reading: str = "vista") -> dict:
+    """Accuracy of a scorer's turn decisions (and, where humans wrote claims, its claim labels).
+    `reading` says how claim labels become the turn decision (see `decision`)."""
     by_source: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
     scores: list[tuple[float, bool]] = []
     claim_pairs, unlabelled, unparsed = [], 0, 0
@@ -87,13 +101,14 @@ def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1
             if t.parse_error is not None:
                 unparsed += 1
                 continue
-            by_source[d.source].append((t.hallucinated, gold.label == "hallucinated"))
+            by_source[d.source].append((decision(t, reading), gold.label == "hallucinated"))
             scores.append((t.score, gold.label == "hallucinated"))
             if gold.claims is not None:
                 claim_pairs.append((t.claims, gold.claims))
     every = [p for pairs in by_source.values() for p in pairs]
     result = {
         "turns": {"labelled": len(every), "unlabelled": unlabelled, "unparsed": unparsed},
+        "reading": reading,
         "turn_accuracy": accuracy([p for p, _ in every], [g for _, g in every]),
         "turn_accuracy_by_source": {s: accuracy([p for p, _ in v], [g for _, g in v]) for s, v in sorted(by_source.items())},
         "score_separation": separation([s for s, _ in scores], [g for _, g in scores]),

@@ -24,7 +24,7 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     provenance = {"scorer": config.scorer, "model": config.backend.model if config.backend else None,
                   "settings": config.settings(), "data": data.model_dump()}
     scored, run_report = run_to_folder(dialogues, machine, backend_factory(config), out_dir / "results.jsonl",
-                                       skipped, provenance, config.max_active, progress, config.scorer)
+                                       skipped, provenance, config.max_active, progress, config.scorer, config.schedule)
     summary = {**summarise(scored), **run_report}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     gold = against_gold(scored)

@@ -48,6 +48,7 @@ class EvalConfig(BaseModel):
     factscore: FactScoreConfig = Field(default_factory=FactScoreConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     max_active: int = 64
+    schedule: Literal["waves", "continuous"] = "waves"
 
     def settings(self) -> dict:
         return getattr(self, self.scorer).model_dump(mode="json")

@@ -14,6 +14,12 @@ Configurations (each on vLLM with prefix caching unless said otherwise):
 - `student`: the per-turn single pass, waves of one turn per open dialogue.
 - `student + n-gram`: the same with prompt-lookup speculative decoding (drafts copied from the
   prompt: claims copy the turn's words); acceptance counted, greedy outputs compared.
+- `prefill alone`: the per-turn student's very prompts, each answered with one token; the rest
+  of the student's time is decoding its answers, which no prompt layout can save.
+- `teacher/student, served, waves|continuous` (with --served): the same pipelines behind
+  `vllm serve` (same weights and settings), sent in waves or on the continuous schedule (each
+  dialogue's next call leaves as soon as its last returns; the server batches what is in flight).
+  Run them alone (`--served --only ...`) so no in-process engine shares the machine.
 - `student, dialogue-level` (with --window-model): one call for up to --window-turns scored
   turns, its own claims carried as the store; and `+ n-gram`. With --window-forced each window's
   answer is forced to the per-turn student's claims for its turns, so both modes decode the same
@@ -28,6 +34,7 @@ import argparse
 import json
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from fastvista.config import DataSelection, load_config, load_dialogues
@@ -36,17 +43,20 @@ from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.records_io import read_scored
 from fastvista.scheduler import run, usage_of
 from fastvista.schema import TurnResult, Usage
+from fastvista.models import resolve_model
 from fastvista.scoring import is_hallucinated, scored_dialogue, turn_score
+from fastvista.single_pass import student_messages
 from fastvista.window_pass import render_window_target, window_messages, windows
+from infer.serve import serve_command, start, wait_healthy
 from infer.student import StudentConfig, score_dialogue
 from synth.pipeline import TeacherConfig, label_dialogue
 
-def measure(name: str, dialogues, machine, backend, out: Path) -> dict:
+def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "waves") -> dict:
     path = out / f"{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.jsonl"
     path.unlink(missing_ok=True)
     before = backend.speculation() if hasattr(backend, "speculation") else None
     start = time.perf_counter()
-    stats = run(dialogues, machine, lambda: backend, path, total=len(dialogues), progress=True, desc=name)
+    stats = run(dialogues, machine, lambda: backend, path, total=len(dialogues), progress=True, desc=name, schedule=schedule)
     wall = time.perf_counter() - start
     turns = [t for d in read_scored(path) for t in d.turns]
     result = {
@@ -87,6 +97,34 @@ def forced_windows(dialogue, size: int, claims: dict, history_turns: int):
                                       hallucinated=is_hallucinated(labels), store_after=store, usage=usage_of([completion]) if k == 0 else Usage(),
                                       errors=[] if completion.text.strip() == target else ["forced answer differs from its target"]))
     return scored_dialogue(dialogue, results)
+
+
+def prompts_alone(dialogue, recorded: dict, history_turns: int):
+    """The per-turn student's prompts (stores rebuilt from its recorded answers), each answered
+    with one token: the student's time if decoding its answers cost nothing."""
+    store, results = list(dialogue.knowledge_init), []
+    for index in dialogue.scored_indices():
+        [completion] = yield [ChatRequest(messages=student_messages(dialogue, index, store, history_turns), max_tokens=1)]
+        result = recorded[(dialogue.id, index)].model_copy(update={"usage": usage_of([completion])})
+        store = result.store_after
+        results.append(result)
+    return scored_dialogue(dialogue, results)
+
+
+@contextmanager
+def served(model: str, args):
+    """`vllm serve` on the same weights and engine settings as the in-process rows; its URL."""
+    log = args.out / "server.log"
+    cmd = serve_command(resolve_model(model), {}, port=args.port, max_model_len=args.max_model_len, dtype=args.dtype,
+                        kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30))
+    process = start(cmd, log)
+    url = f"http://127.0.0.1:{args.port}/v1"
+    try:
+        wait_healthy(url, process, timeout=600, log=log)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
 
 
 def same_outputs(a: str, b: str) -> dict:
@@ -137,6 +175,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--skip-plain", action="store_true", help="Skip the teacher without prefix caching (slowest row).")
     parser.add_argument("--window-forced", action="store_true", help="Force the dialogue-level answers to the per-turn student's claims.")
     parser.add_argument("--only", action="append", help="Run only these configurations (repeatable); others are kept from OUT/speed.json.")
+    parser.add_argument("--served", action="store_true", help="Also run teacher and student behind `vllm serve` (same weights and "
+                        "settings), in waves and on the continuous schedule.")
+    parser.add_argument("--port", type=int, default=8011, help="Port of the server that --served starts.")
+    parser.add_argument("--concurrency", type=int, default=64, help="Requests in flight to the server at most.")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     dialogues = load_dialogues(DataSelection(input=args.input, source=args.source, limit=args.limit), None)
@@ -160,6 +202,10 @@ def main(argv=None) -> dict:
                           ("student", lambda d: score_dialogue(d, student, True))]:
         if wanted(name):
             configs[name] = measure(name, dialogues, machine, on("main", args.model), args.out)
+    name = "prefill alone (the student prompts, answers replayed)"
+    if wanted(name) and "student" in configs:
+        recorded = {(d.id, t.index): t for d in read_scored(configs["student"]["results"]) for t in d.turns}
+        configs[name] = measure(name, dialogues, lambda d: prompts_alone(d, recorded, student.history_turns), on("main", args.model), args.out)
     if not args.skip_plain and wanted("teacher, no prefix cache"):
         configs["teacher, no prefix cache"] = measure("teacher, no prefix cache", dialogues, lambda d: label_dialogue(d, text_teacher),
                                                       on("plain", args.model, enable_prefix_caching=False), args.out)
@@ -181,6 +227,16 @@ def main(argv=None) -> dict:
         if args.speculative_tokens and wanted(name):
             configs[name] = measure(name, dialogues, machine, on("window ngram", args.window_model, speculative=ngram), args.out)
             configs[name]["identical"] = same_outputs(configs[base]["results"], configs[name]["results"])
+    served_rows = [(f"{who}, served, {schedule}", machine, schedule) for who, machine in
+                   (("teacher", lambda d: label_dialogue(d, shipped)), ("student", lambda d: score_dialogue(d, student, True)))
+                   for schedule in ("waves", "continuous")]
+    if args.served and any(wanted(name) for name, _, _ in served_rows):
+        with served(args.model, args) as url:
+            backend = make_backend(BackendConfig(kind="openai", model=resolve_model(args.model), base_url=url,
+                                                 concurrency=args.concurrency, timeout=600))
+            for name, machine, schedule in served_rows:
+                if wanted(name):
+                    configs[name] = measure(name, dialogues, machine, backend, args.out, schedule)
     teachers = {k: v for k, v in configs.items() if k.startswith("teacher") and "no prefix" not in k}
     strongest = max(teachers, key=lambda k: teachers[k]["turns_per_second"])
     result = {

@@ -6,7 +6,7 @@
 
 Every variant runs on one engine (built once) into OUT/NAME/labelled.jsonl (resumable; the call
 cache answers what an earlier run asked). Per variant: turn accuracy against the human decision
-(and per source), claim accuracy and macro-F1 (one for one on gold claims, aligned otherwise),
+(and per source; with VISTA's decision and with the attribution reading of the same labels), claim accuracy and macro-F1 (one for one on gold claims, aligned otherwise),
 calls, tokens and seconds per turn. Variants with label scores on gold claims also get
 out-of-fold figures with fitted thresholds (`synth.calibrate`), and the settings fitted on all
 of them are written to OUT/NAME/fitted.yaml. Prints a markdown table; writes quality.json and quality.md.
@@ -41,6 +41,7 @@ def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, out: 
     scored = read_scored(path, {d.id for d in dialogues})
     turns = [t for d in scored for t in d.turns]
     gold = against_gold(scored)
+    attribution = against_gold(scored, reading="attribution")
     row = {
         "settings": teacher.model_dump(mode="json"),
         "turns": len(turns),
@@ -48,6 +49,9 @@ def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, out: 
         "always_hallucinated": gold["turn_accuracy"]["always_hallucinated"],
         "turn_accuracy_by_source": {s: v["accuracy"] for s, v in gold["turn_accuracy_by_source"].items()},
         "always_hallucinated_by_source": {s: v["always_hallucinated"] for s, v in gold["turn_accuracy_by_source"].items()},
+        # The same labels read as attribution (BEGIN's definition; see evaluation.compare.decision).
+        "attribution_turn_accuracy": attribution["turn_accuracy"]["accuracy"],
+        "attribution_turn_accuracy_by_source": {s: v["accuracy"] for s, v in attribution["turn_accuracy_by_source"].items()},
         "calls_per_turn": round(statistics.mean(t.usage.calls for t in turns), 2),
         "prompt_tokens_per_turn": round(statistics.mean(t.usage.prompt_tokens for t in turns), 1),
         "completion_tokens_per_turn": round(statistics.mean(t.usage.completion_tokens for t in turns), 1),
@@ -71,20 +75,28 @@ def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, out: 
 
 
 def table(rows: dict) -> str:
-    lines = ["| variant | turn acc | claim acc | macro-F1 | calls/turn | prompt tok/turn | s/turn |", "|---|---|---|---|---|---|---|"]
+    lines = ["| variant | turn acc | turn acc, attribution reading | claim acc | macro-F1 | calls/turn | prompt tok/turn | s/turn |",
+             "|---|---|---|---|---|---|---|---|"]
 
     def fmt(x):
         return "-" if x is None else x
 
     for name, r in rows.items():
-        lines.append(f"| {name} | {fmt(r['turn_accuracy'])} | {fmt(r.get('claim_accuracy'))} | {fmt(r.get('macro_f1'))} | "
+        lines.append(f"| {name} | {fmt(r['turn_accuracy'])} | {r['attribution_turn_accuracy']} | {fmt(r.get('claim_accuracy'))} | {fmt(r.get('macro_f1'))} | "
                      f"{r['calls_per_turn']} | {r['prompt_tokens_per_turn']} | {fmt(r['seconds_per_turn'])} |")
         if "calibrated_cv" in r:
             cv = r["calibrated_cv"]
-            lines.append(f"| {name} + calibrated (out-of-fold) | {cv['turn_accuracy']} | {cv['claim_accuracy']} | {cv['macro_f1']} | "
+            lines.append(f"| {name} + calibrated (out-of-fold) | {cv['turn_accuracy']} | - | {cv['claim_accuracy']} | {cv['macro_f1']} | "
                          f"{r['calls_per_turn']} | {r['prompt_tokens_per_turn']} | {fmt(r['seconds_per_turn'])} |")
     first = next(iter(rows.values()))
     lines.append(f"\nalways-hallucinated turn accuracy: {first['always_hallucinated']} over {first['turns']} turns")
+    if len(first["turn_accuracy_by_source"]) > 1:
+        lines += ["", "| variant | reading | " + " | ".join(first["turn_accuracy_by_source"]) + " |",
+                  "|---|---|" + "---|" * len(first["turn_accuracy_by_source"])]
+        lines.append("| always hallucinated | - | " + " | ".join(str(v) for v in first["always_hallucinated_by_source"].values()) + " |")
+        for name, r in rows.items():
+            for reading, key in (("vista", "turn_accuracy_by_source"), ("attribution", "attribution_turn_accuracy_by_source")):
+                lines.append(f"| {name} | {reading} | " + " | ".join(str(r[key].get(s, "-")) for s in first["turn_accuracy_by_source"]) + " |")
     return "\n".join(lines)
 
 

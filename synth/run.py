@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +26,7 @@ class SynthConfig(BaseModel):
     backend: BackendConfig
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     max_active: int = 256  # dialogues advanced together; their pending calls form one batch
+    schedule: Literal["waves", "continuous"] = "waves"  # continuous: no waves, for servers and hosted APIs (openai backend)
     student_history_turns: int = HISTORY_TURNS
     # also write train_window.jsonl for a dialogue-level student scoring this many turns a call (0: no)
     student_window_turns: int = 4
@@ -47,6 +49,7 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     scored, run_report = run_to_folder(
         dialogues, lambda d: label_dialogue(d, config.teacher), lambda: make_backend(config.backend),
         out_dir / "labelled.jsonl", skipped, provenance, config.max_active, progress, "teacher",
+        config.schedule,
     )
     examples = [e for s in scored for e in training_examples(s, config.student_history_turns)]
     write_jsonl(out_dir / "train.jsonl", examples)

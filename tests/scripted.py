@@ -74,6 +74,7 @@ def answer(request: ChatRequest) -> str:
 class ScriptedBackend:
     name = "scripted"
     supports_constraints = False
+    concurrent = False
 
     def __init__(self):
         self.requests: list[ChatRequest] = []

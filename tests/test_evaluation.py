@@ -1,6 +1,7 @@
 import math
 
 import numpy as np
+import pytest
 
 from evaluation.compare import against_gold, agreement
 from evaluation.metrics import align, correlation, decision_agreement, label_report, token_f1
@@ -73,6 +74,11 @@ def test_against_gold_counts_unlabelled_turns():
     assert report["turns"] == {"labelled": 2, "unlabelled": 1, "unparsed": 0}
     assert report["turn_accuracy"]["accuracy"] == 0.5  # turn 3 hallucinated (right), turn 5 faithful (wrong)
     assert report["claims"]["recall"] == 1.0 and report["claims"]["labels_on_aligned"]["accuracy"] == 1.0
+    # read as attribution, turn 5 (no claim) is not attributed: right for a benchmark like BEGIN
+    attribution = against_gold([scored], reading="attribution")
+    assert attribution["turn_accuracy"]["accuracy"] == 1.0 and attribution["reading"] == "attribution"
+    with pytest.raises(ValueError, match="unknown reading"):
+        against_gold([scored], reading="strict")
 
 
 def test_embedding_similarity_prefers_paraphrases():
@@ -139,3 +145,19 @@ def test_forced_windows_ask_for_exactly_the_per_turn_claims():
     assert [t.store_after for t in result.turns] == [t.store_after for t in per_turn.turns] and not any(t.errors for t in result.turns)
     assert [t.usage.completion_tokens for t in result.turns] == [9, 0, 9, 0]
     assert re.fullmatch(literal_regex("a.b (c) | [d]\n"), "a.b (c) | [d]\n") and not re.fullmatch(literal_regex("a.b"), "axb")
+
+
+def test_prompts_alone_replays_the_students_very_prompts_for_one_token():
+    from evaluation.speed import prompts_alone
+    from infer.student import score_dialogue as student_machine
+    from tests.test_student import long_chat
+
+    student = ScriptedStudent()
+    per_turn = drive(student_machine(long_chat(), StudentConfig(), True), student)
+    recorded = {(per_turn.id, t.index): t for t in per_turn.turns}
+    replay = ScriptedStudent()
+    result = drive(prompts_alone(long_chat(), recorded, StudentConfig().history_turns), replay)
+    # the store grows from the recorded answers, so every prompt is the one the student saw
+    assert [r.messages for r in replay.requests] == [r.messages for r in student.requests]
+    assert all(r.max_tokens == 1 and r.regex is None for r in replay.requests)
+    assert [t.claims for t in result.turns] == [t.claims for t in per_turn.turns]

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from fastvista.records_io import write_jsonl
 from tests.fake_openai import FakeOpenAI
 from tests.test_pipeline import museum_dialogue
@@ -19,7 +21,8 @@ def cache_size(path) -> int:
         return db.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
 
 
-def test_killed_run_resumes_without_loss_duplication_or_repeated_calls(tmp_path):
+@pytest.mark.parametrize("schedule", ["waves", "continuous"])
+def test_killed_run_resumes_without_loss_duplication_or_repeated_calls(tmp_path, schedule):
     inputs = tmp_path / "in.jsonl"
     write_jsonl(inputs, [museum_dialogue(i) for i in range(12)])
     out, cache = tmp_path / "run", tmp_path / "cache.sqlite"
@@ -27,7 +30,7 @@ def test_killed_run_resumes_without_loss_duplication_or_repeated_calls(tmp_path)
     with FakeOpenAI(delay=0.03) as server:
         config.write_text(
             f"backend: {{kind: openai, model: teacher, base_url: '{server.url}', cache: '{cache}', concurrency: 2}}\n"
-            "max_active: 2\ndata: {source: jsonl}\n"
+            f"max_active: 2\nschedule: {schedule}\ndata: {{source: jsonl}}\n"
         )
         cmd = [sys.executable, "-m", "fastvista.cli", "synth", "-c", str(config), "-i", str(inputs), "-o", str(out), "--quiet"]
         first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

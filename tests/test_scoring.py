@@ -1,5 +1,5 @@
 from fastvista.labels import Label, parse_label
-from fastvista.scoring import dialogue_score, is_hallucinated, system_scores, turn_score
+from fastvista.scoring import dialogue_score, is_hallucinated, is_unattributed, system_scores, turn_score
 
 V, O, A, C, L = Label.VERIFIED, Label.OUT_OF_SCOPE, Label.ABSTENTION, Label.CONTRADICTED, Label.LACKING_EVIDENCE
 
@@ -15,6 +15,14 @@ def test_hallucinated_iff_contradicted_or_lacking():
     assert is_hallucinated([V, L])
     assert is_hallucinated([C])
     assert not is_hallucinated([])
+
+
+def test_attribution_reading_needs_every_claim_verified():
+    assert not is_unattributed([V, V])
+    # an opinion is safe for VISTA but not attributed to the knowledge
+    assert is_unattributed([V, O]) and not is_hallucinated([V, O])
+    assert is_unattributed([Label.ABSTENTION])
+    assert is_unattributed([])  # nothing stated, nothing attributed
 
 
 def test_dialogue_score_is_a_micro_average_over_claims():

@@ -1,5 +1,8 @@
 import json
 import math
+import threading
+
+import pytest
 
 from fastvista.labels import Label
 from fastvista.llm import TokenLogprob
@@ -63,6 +66,49 @@ def test_a_wave_batches_the_next_turn_of_every_open_dialogue(tmp_path):
     dialogues = [chat(i) for i in range(20)]
     run(dialogues, lambda d: score_dialogue(d, StudentConfig(), True), lambda: backend, tmp_path / "r.jsonl", progress=False)
     assert backend.batches == [20, 20]
+
+
+class HeldUpStudent(ScriptedStudent):
+    """Takes concurrent calls; dialogue s0's first call is held until s1 has asked its second turn,
+    which only a schedule without waves lets happen (in waves, s1's second turn waits for s0)."""
+
+    concurrent = True
+
+    def __init__(self):
+        super().__init__()
+        self.s1_second_turn = threading.Event()
+        self.finished: list[str] = []
+
+    def generate(self, requests):
+        message = requests[0].messages[-1]["content"]
+        if "Louvre 1?" in message and "Assistant:" in message:
+            self.s1_second_turn.set()
+        if "Louvre 0?" in message and "Assistant:" not in message:
+            assert self.s1_second_turn.wait(timeout=30), "s1's second turn never came: the schedule waited in waves"
+        return super().generate(requests)
+
+
+def test_continuous_schedule_sends_a_dialogues_next_turn_without_waiting_for_the_others(tmp_path):
+    from fastvista.llm.cache import CachedBackend
+    from fastvista.records_io import read_scored
+
+    machine = lambda d: score_dialogue(d, StudentConfig(), True)  # noqa: E731
+    held = CachedBackend(HeldUpStudent(), tmp_path / "calls.sqlite")
+    stats = run([chat(0), chat(1)], machine, lambda: held, tmp_path / "c.jsonl", progress=False, schedule="continuous")
+    assert held.backend.s1_second_turn.is_set() and stats.rounds == 2 and stats.calls == 4
+    assert [d.id for d in read_scored(tmp_path / "c.jsonl")] == ["s1", "s0"]  # s1 was done while s0 waited
+    run([chat(0), chat(1)], machine, lambda: ScriptedStudent(), tmp_path / "w.jsonl", progress=False)
+    labels = lambda path: {d.id: [[(c.text, c.label) for c in t.claims] for t in d.turns] for d in read_scored(path)}  # noqa: E731
+    assert labels(tmp_path / "c.jsonl") == labels(tmp_path / "w.jsonl")
+    # the cache, shared by the threads, answers a rerun
+    again = run([chat(0), chat(1)], machine, lambda: held, tmp_path / "again.jsonl", progress=False, schedule="continuous")
+    assert again.cached_calls == 4
+
+
+def test_continuous_schedule_refuses_an_in_process_engine(tmp_path):
+    with pytest.raises(ValueError, match="concurrent calls"):
+        run([chat(0)], lambda d: score_dialogue(d, StudentConfig(), True), lambda: ScriptedStudent(), tmp_path / "r.jsonl",
+            progress=False, schedule="continuous")
 
 
 def test_confidence_comes_from_the_label_tokens():

@@ -46,6 +46,7 @@ class Completion(BaseModel):
 class Backend(Protocol):
     name: str  # identifies the model for the cache: the same name must mean the same weights
     supports_constraints: bool  # can force `regex` / `json_schema`
+    concurrent: bool  # `generate` may be called from several threads at once (the continuous schedule)
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]: ...
 

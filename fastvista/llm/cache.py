@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import threading
 from pathlib import Path
 
 from fastvista.llm import Backend, ChatRequest, Completion
@@ -24,7 +25,9 @@ def request_key(model: str, request: ChatRequest) -> str:
 class CompletionCache:
     def __init__(self, path: str | os.PathLike):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path))
+        # one connection shared by the threads of the continuous schedule, used under a lock
+        self.db = sqlite3.connect(str(path), check_same_thread=False)
+        self.lock = threading.Lock()
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT)")
         self.db.commit()
@@ -33,21 +36,24 @@ class CompletionCache:
         found = {}
         for i in range(0, len(keys), 500):
             chunk = keys[i : i + 500]
-            rows = self.db.execute(
-                f"SELECT key, value FROM completions WHERE key IN ({','.join('?' * len(chunk))})", chunk
-            )
+            with self.lock:
+                rows = self.db.execute(
+                    f"SELECT key, value FROM completions WHERE key IN ({','.join('?' * len(chunk))})", chunk
+                ).fetchall()
             found.update({k: Completion.model_validate_json(v) for k, v in rows})
         return found
 
     def put_many(self, items: dict[str, Completion]) -> None:
-        self.db.executemany(
-            "INSERT OR REPLACE INTO completions VALUES (?, ?)",
-            [(k, c.model_dump_json()) for k, c in items.items()],
-        )
-        self.db.commit()
+        with self.lock:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO completions VALUES (?, ?)",
+                [(k, c.model_dump_json()) for k, c in items.items()],
+            )
+            self.db.commit()
 
     def __len__(self) -> int:
-        return self.db.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
+        with self.lock:
+            return self.db.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
 
 
 class CachedBackend:
@@ -58,6 +64,7 @@ class CachedBackend:
         self.cache = CompletionCache(path)
         self.name = backend.name
         self.supports_constraints = backend.supports_constraints
+        self.concurrent = backend.concurrent
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
         keys = [request_key(self.name, r) for r in requests]

@@ -15,6 +15,7 @@ from fastvista.models import resolve_model
 
 class HFBackend:
     supports_constraints = False
+    concurrent = False
 
     def __init__(self, config: BackendConfig):
         import torch

@@ -15,6 +15,7 @@ from fastvista.llm import BackendConfig, ChatRequest, Completion, TokenLogprob
 
 class OpenAIBackend:
     supports_constraints = True
+    concurrent = True  # the server batches concurrent requests
 
     def __init__(self, config: BackendConfig):
         import openai
@@ -27,10 +28,12 @@ class OpenAIBackend:
             timeout=config.timeout,
             max_retries=config.max_retries,
         )
+        # one pool for every call, so `concurrency` caps the requests in flight even when several
+        # dialogues call at once (the continuous schedule)
+        self.pool = ThreadPoolExecutor(max_workers=max(1, config.concurrency))
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
-        with ThreadPoolExecutor(max_workers=max(1, self.config.concurrency)) as pool:
-            return list(pool.map(self._one, requests))
+        return list(self.pool.map(self._one, requests))
 
     def _one(self, r: ChatRequest) -> Completion:
         import openai

@@ -13,6 +13,7 @@ from fastvista.models import resolve_model
 
 class VLLMBackend:
     supports_constraints = True
+    concurrent = False
 
     def __init__(self, config: BackendConfig):
         from vllm import LLM
