@@ -19,7 +19,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.llm import Backend, BackendConfig
-from fastvista.scheduler import gather, usage_of
+from fastvista.scheduler import Schedule, gather, usage_of
 from fastvista.schema import Dialogue
 from fastvista.scoring import scored_dialogue
 from fastvista.single_pass import recent
@@ -48,7 +48,7 @@ class EvalConfig(BaseModel):
     factscore: FactScoreConfig = Field(default_factory=FactScoreConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     max_active: int = 64
-    schedule: Literal["waves", "continuous"] = "waves"
+    schedule: Schedule = "waves"
 
     def settings(self) -> dict:
         return getattr(self, self.scorer).model_dump(mode="json")

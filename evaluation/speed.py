@@ -34,20 +34,19 @@ import argparse
 import json
 import re
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.labels import REMEMBERED_LABELS
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.records_io import read_scored
-from fastvista.scheduler import run, usage_of
+from fastvista.scheduler import SCHEDULES, run, usage_of
 from fastvista.schema import TurnResult, Usage
 from fastvista.models import resolve_model
 from fastvista.scoring import is_hallucinated, scored_dialogue, turn_score
 from fastvista.single_pass import student_messages
 from fastvista.window_pass import render_window_target, window_messages, windows
-from infer.serve import serve_command, start, wait_healthy
+from infer.serve import running, serve_command
 from infer.student import StudentConfig, score_dialogue
 from synth.pipeline import TeacherConfig, label_dialogue
 
@@ -109,22 +108,6 @@ def prompts_alone(dialogue, recorded: dict, history_turns: int):
         store = result.store_after
         results.append(result)
     return scored_dialogue(dialogue, results)
-
-
-@contextmanager
-def served(model: str, args):
-    """`vllm serve` on the same weights and engine settings as the in-process rows; its URL."""
-    log = args.out / "server.log"
-    cmd = serve_command(resolve_model(model), {}, port=args.port, max_model_len=args.max_model_len, dtype=args.dtype,
-                        kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30))
-    process = start(cmd, log)
-    url = f"http://127.0.0.1:{args.port}/v1"
-    try:
-        wait_healthy(url, process, timeout=600, log=log)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 def same_outputs(a: str, b: str) -> dict:
@@ -198,23 +181,28 @@ def main(argv=None) -> dict:
             engines[key] = engine(model, args, **changes)
         return engines[key]
 
-    for name, machine in [("teacher", lambda d: label_dialogue(d, shipped)), ("teacher (text labels)", lambda d: label_dialogue(d, text_teacher)),
-                          ("student", lambda d: score_dialogue(d, student, True))]:
+    def student_turns() -> dict:
+        """The per-turn student's results by (dialogue, turn), for the rows that replay them."""
+        return {(d.id, t.index): t for d in read_scored(configs["student"]["results"]) for t in d.turns}
+
+    machines = {"teacher": lambda d: label_dialogue(d, shipped), "teacher (text labels)": lambda d: label_dialogue(d, text_teacher),
+                "student": lambda d: score_dialogue(d, student, True)}
+    for name, machine in machines.items():
         if wanted(name):
             configs[name] = measure(name, dialogues, machine, on("main", args.model), args.out)
     name = "prefill alone (the student prompts, answers replayed)"
     if wanted(name) and "student" in configs:
-        recorded = {(d.id, t.index): t for d in read_scored(configs["student"]["results"]) for t in d.turns}
+        recorded = student_turns()
         configs[name] = measure(name, dialogues, lambda d: prompts_alone(d, recorded, student.history_turns), on("main", args.model), args.out)
     if not args.skip_plain and wanted("teacher, no prefix cache"):
-        configs["teacher, no prefix cache"] = measure("teacher, no prefix cache", dialogues, lambda d: label_dialogue(d, text_teacher),
+        configs["teacher, no prefix cache"] = measure("teacher, no prefix cache", dialogues, machines["teacher (text labels)"],
                                                       on("plain", args.model, enable_prefix_caching=False), args.out)
     if args.speculative_tokens and wanted("student + n-gram"):
-        configs["student + n-gram"] = measure("student + n-gram", dialogues, lambda d: score_dialogue(d, student, True), on("ngram", args.model, speculative=ngram), args.out)
+        configs["student + n-gram"] = measure("student + n-gram", dialogues, machines["student"], on("ngram", args.model, speculative=ngram), args.out)
         configs["student + n-gram"]["identical"] = same_outputs(configs["student"]["results"], configs["student + n-gram"]["results"])
     if args.window_model:
         if args.window_forced:
-            claims = {(d.id, t.index): t.claims for d in read_scored(configs["student"]["results"]) for t in d.turns}
+            claims = {key: t.claims for key, t in student_turns().items()}
             machine = lambda d: forced_windows(d, args.window_turns, claims, student.history_turns)  # noqa: E731
             base = "student, dialogue-level (forced to the per-turn claims)"
         else:
@@ -227,11 +215,12 @@ def main(argv=None) -> dict:
         if args.speculative_tokens and wanted(name):
             configs[name] = measure(name, dialogues, machine, on("window ngram", args.window_model, speculative=ngram), args.out)
             configs[name]["identical"] = same_outputs(configs[base]["results"], configs[name]["results"])
-    served_rows = [(f"{who}, served, {schedule}", machine, schedule) for who, machine in
-                   (("teacher", lambda d: label_dialogue(d, shipped)), ("student", lambda d: score_dialogue(d, student, True)))
-                   for schedule in ("waves", "continuous")]
+    served_rows = [(f"{who}, served, {schedule}", machines[who], schedule) for who in ("teacher", "student") for schedule in SCHEDULES]
     if args.served and any(wanted(name) for name, _, _ in served_rows):
-        with served(args.model, args) as url:
+        url = f"http://127.0.0.1:{args.port}/v1"
+        cmd = serve_command(resolve_model(args.model), {}, port=args.port, max_model_len=args.max_model_len, dtype=args.dtype,
+                            kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30))  # the in-process rows' settings
+        with running(cmd, url, args.out / "server.log"):
             backend = make_backend(BackendConfig(kind="openai", model=resolve_model(args.model), base_url=url,
                                                  concurrency=args.concurrency, timeout=600))
             for name, machine, schedule in served_rows:

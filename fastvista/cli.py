@@ -339,7 +339,7 @@ def serve(
     --set backend.base_url=http://HOST:PORT/v1 --set backend.model=NAME`, at it.
     """
     from fastvista.models import ModelError, resolve_model
-    from infer.serve import serve_command, start, wait_healthy
+    from infer.serve import running, serve_command
 
     try:
         adapters = dict(item.split("=", 1) for item in adapter)
@@ -352,17 +352,14 @@ def serve(
     typer.echo(" ".join(cmd))
     if dry_run:
         return
-    process = start(cmd, log, allow_runtime_lora)
     try:
-        wait_healthy(f"http://{host}:{port}", process, timeout, log)
-        typer.echo(f"ready: http://{host}:{port}/v1 (models: {', '.join(adapters) or model}); log in {log}; Ctrl-C stops it")
-        process.wait()
+        with running(cmd, f"http://{host}:{port}", log, timeout, allow_runtime_lora) as process:
+            typer.echo(f"ready: http://{host}:{port}/v1 (models: {', '.join(adapters) or model}); log in {log}; Ctrl-C stops it")
+            process.wait()
     except (RuntimeError, TimeoutError) as e:
-        process.terminate()
         fail(str(e))
     except KeyboardInterrupt:
-        process.terminate()
-        process.wait()
+        pass  # the server was stopped on the way out
 
 
 if __name__ == "__main__":

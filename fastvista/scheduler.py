@@ -14,6 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from pydantic import ValidationError
 from tqdm import tqdm
@@ -154,7 +155,8 @@ def finished_ids(path: Path, provenance: dict | None = None) -> set[str]:
     return done
 
 
-SCHEDULES = ("waves", "continuous")
+Schedule = Literal["waves", "continuous"]
+SCHEDULES = get_args(Schedule)
 
 
 def run(
@@ -167,7 +169,7 @@ def run(
     provenance: dict | None = None,
     progress: bool = True,
     desc: str = "dialogues",
-    schedule: str = "waves",
+    schedule: Schedule = "waves",
 ) -> RunStats:
     """Run `machine(dialogue)` generators to completion, appending results to `out_path`.
 
@@ -302,7 +304,7 @@ def run_to_folder(
     max_active: int,
     progress: bool,
     desc: str,
-    schedule: str = "waves",
+    schedule: Schedule = "waves",
 ) -> tuple[list[ScoredDialogue], dict]:
     """`run`, then what every stage writes beside its results: `skipped.jsonl` (bad inputs and
     duplicate ids, each with its reason). Returns the selected dialogues' results (resumed ones

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.config import DataSelection, load_dialogues
 from fastvista.llm import BackendConfig, make_backend
 from fastvista.records_io import RecordError
-from fastvista.scheduler import run_to_folder
+from fastvista.scheduler import Schedule, run_to_folder
 from fastvista.schema import ScoredDialogue
 from fastvista.summary import summarise
 from infer.report import write_html
@@ -24,7 +23,7 @@ class ScoreConfig(BaseModel):
     backend: BackendConfig
     student: StudentConfig = Field(default_factory=StudentConfig)
     max_active: int = 256  # dialogues whose next turns form one wave (or are in flight at once)
-    schedule: Literal["waves", "continuous"] = "waves"  # continuous: each dialogue's next turn leaves as its last returns (openai backend)
+    schedule: Schedule = "waves"  # continuous: each dialogue's next turn leaves as its last returns (openai backend)
 
 
 def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = True) -> tuple[dict, list[ScoredDialogue]]:

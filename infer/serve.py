@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -88,3 +89,20 @@ def start(cmd: list[str], log: Path, allow_runtime_lora: bool = False) -> subpro
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=server_env(allow_runtime_lora))
+
+
+@contextmanager
+def running(cmd: list[str], base_url: str, log: Path, timeout: float = 600, allow_runtime_lora: bool = False):
+    """Start the server, wait until it is healthy, yield its process; stop it on the way out
+    (killed if it has not exited a minute after SIGTERM)."""
+    process = start(cmd, log, allow_runtime_lora)
+    try:
+        wait_healthy(base_url, process, timeout, log)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.config import DataSelection, load_dialogues
 from fastvista.llm import BackendConfig, make_backend
 from fastvista.records_io import RecordError, write_jsonl
-from fastvista.scheduler import run_to_folder
+from fastvista.scheduler import Schedule, run_to_folder
 from fastvista.single_pass import HISTORY_TURNS
 from fastvista.summary import summarise
 from synth.pipeline import TeacherConfig, label_dialogue
@@ -26,7 +25,7 @@ class SynthConfig(BaseModel):
     backend: BackendConfig
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     max_active: int = 256  # dialogues advanced together; their pending calls form one batch
-    schedule: Literal["waves", "continuous"] = "waves"  # continuous: no waves, for servers and hosted APIs (openai backend)
+    schedule: Schedule = "waves"  # continuous: no waves, for servers and hosted APIs (openai backend)
     student_history_turns: int = HISTORY_TURNS
     # also write train_window.jsonl for a dialogue-level student scoring this many turns a call (0: no)
     student_window_turns: int = 4

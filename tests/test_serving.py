@@ -15,7 +15,7 @@ import pytest
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.scheduler import drive
 from fastvista.single_pass import SYSTEM_PROMPT
-from infer.serve import serve_command, start, wait_healthy
+from infer.serve import running, serve_command
 from infer.student import StudentConfig, score_dialogue
 from tests.test_pipeline import museum_dialogue
 
@@ -59,13 +59,8 @@ def server(tiny_model, adapter, tmp_path_factory):
     cmd = serve_command(str(tiny_model), {"student": str(adapter)}, port=port, max_model_len=ENGINE["max_model_len"],
                         max_lora_rank=8, dtype="float32", kv_cache_memory_bytes=ENGINE["kv_cache_memory_bytes"])
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    process = start(cmd, log)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", process, timeout=600, log=log)
+    with running(cmd, f"http://127.0.0.1:{port}", log):
         yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 def served(url: str):
