@@ -51,21 +51,22 @@ def agreement(scorer: list[ScoredDialogue], teacher: list[ScoredDialogue], simil
     """How closely `scorer` agrees with the teacher on the same dialogues."""
     mine, theirs = _turns(scorer), _turns(teacher)
     both = sorted(set(mine) & set(theirs))
-    usable = [k for k in both if mine[k].parse_error is None and theirs[k].parse_error is None]
+    usable = both
     dialogues = {d.id: d for d in scorer}
     teacher_dialogues = {d.id: d for d in teacher}
     shared = sorted(set(dialogues) & set(teacher_dialogues))
+    scored_both = [i for i in shared if dialogues[i].score is not None and teacher_dialogues[i].score is not None]
 
     def systems(side: dict) -> dict:
-        return system_scores((side[i].system, [[c.label for c in t.claims] for t in side[i].turns if t.parse_error is None]) for i in shared)
+        return system_scores((side[i].system, [[c.label for c in t.claims] for t in side[i].turns]) for i in shared)
 
     sys_a, sys_b = systems(dialogues), systems(teacher_dialogues)
     names = sorted(sys_a, key=str)
     return {
         "turns": {"matched": len(both), "usable": len(usable), "only_scorer": len(set(mine) - set(theirs)),
-                  "only_teacher": len(set(theirs) - set(mine)), "unparsed": [f"{i}#{t}" for i, t in both if (i, t) not in set(usable)]},
+                  "only_teacher": len(set(theirs) - set(mine))},
         "turn_score": correlation([mine[k].score for k in usable], [theirs[k].score for k in usable]),
-        "dialogue_score": correlation([dialogues[i].score for i in shared], [teacher_dialogues[i].score for i in shared]),
+        "dialogue_score": correlation([dialogues[i].score for i in scored_both], [teacher_dialogues[i].score for i in scored_both]),
         "system_score": {"systems": {str(s): [round(sys_a[s], 4), round(sys_b[s], 4)] for s in names},
                          **correlation([sys_a[s] for s in names], [sys_b[s] for s in names], n_boot=200)},
         "hallucinated_decision": decision_agreement([mine[k].hallucinated for k in usable], [theirs[k].hallucinated for k in usable]),
@@ -86,20 +87,19 @@ def decision(turn: TurnResult, reading: str) -> bool:
     raise ValueError(f"unknown reading {reading!r}: one of {', '.join(READINGS)}")
 
 
-def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1_matrix, threshold: float = 0.5, reading: str = "vista") -> dict:
+def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1_matrix, threshold: float = 0.5, reading: str = "vista",
+                 failed: list[dict] | None = None) -> dict:
     """Accuracy of a scorer's turn decisions (and, where humans wrote claims, its claim labels).
-    `reading` says how claim labels become the turn decision (see `decision`)."""
+    `reading` says how claim labels become the turn decision (see `decision`). Dialogues whose
+    scoring failed (`failed`, from failed.jsonl) have no decisions: they are counted beside."""
     by_source: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
     scores: list[tuple[float, bool]] = []
-    claim_pairs, unlabelled, unparsed = [], 0, 0
+    claim_pairs, unlabelled = [], 0
     for d in scored:
         for t in d.turns:
             gold = d.dialogue.turns[t.index].gold
             if gold is None or gold.label is None:
                 unlabelled += 1
-                continue
-            if t.parse_error is not None:
-                unparsed += 1
                 continue
             by_source[d.source].append((decision(t, reading), gold.label == "hallucinated"))
             scores.append((t.score, gold.label == "hallucinated"))
@@ -107,7 +107,7 @@ def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1
                 claim_pairs.append((t.claims, gold.claims))
     every = [p for pairs in by_source.values() for p in pairs]
     result = {
-        "turns": {"labelled": len(every), "unlabelled": unlabelled, "unparsed": unparsed},
+        "turns": {"labelled": len(every), "unlabelled": unlabelled, "failed_dialogues": len(failed or [])},
         "reading": reading,
         "turn_accuracy": accuracy([p for p, _ in every], [g for _, g in every]),
         "turn_accuracy_by_source": {s: accuracy([p for p, _ in v], [g for _, g in v]) for s, v in sorted(by_source.items())},

@@ -27,7 +27,7 @@ def agreement_section(a: dict) -> list[str]:
     return [
         "## Agreement with the teacher",
         "",
-        f"{a['turns']['usable']} turns matched ({len(a['turns']['unparsed'])} unparsed on either side).",
+        f"{a['turns']['usable']} turns matched ({a['turns']['only_teacher']} of the teacher's turns have no result from the scorer).",
         "",
         "| measure | value |",
         "|---|---|",

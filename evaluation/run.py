@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fastvista.config import DataSelection, load_dialogues
-from fastvista.records_io import RecordError
-from fastvista.scheduler import run_to_folder
+from fastvista.config import DataSelection, selected
+from fastvista.llm import fingerprint
+from fastvista.scheduler import read_failed, run_to_folder
 from fastvista.summary import summarise
 from evaluation.compare import against_gold
 from evaluation.scorers import EvalConfig, backend_factory, machine_for
@@ -18,16 +18,16 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     data = DataSelection.model_validate(tree.pop("data", None) or {})
     config = EvalConfig.model_validate(tree)
     out_dir.mkdir(parents=True, exist_ok=True)
-    skipped: list[RecordError] = []
-    dialogues = load_dialogues(data, skipped if skip_bad else None)
+    dialogues, skipped = selected(data, skip_bad)
     machine = machine_for(config)
     provenance = {"scorer": config.scorer, "model": config.backend.model if config.backend else None,
+                  "weights": fingerprint(config.backend) if config.backend else None,
                   "settings": config.settings(), "data": data.model_dump()}
     scored, run_report = run_to_folder(dialogues, machine, backend_factory(config), out_dir / "results.jsonl",
                                        skipped, provenance, config.max_active, progress, config.scorer, config.schedule)
     summary = {**summarise(scored), **run_report}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    gold = against_gold(scored)
+    gold = against_gold(scored, failed=read_failed(out_dir))
     if gold["turns"]["labelled"]:
         (out_dir / "gold.json").write_text(json.dumps(gold, indent=2))
         summary["gold"] = gold

@@ -65,7 +65,7 @@ def per_turn(dialogue: Dialogue, turn_machine: Callable, claimless: bool):
     scored = scored_dialogue(dialogue, results)
     if claimless:
         scores = [r.score for r in results if r.score is not None]
-        scored.score = round(sum(scores) / len(scores), 4) if scores else 1.0
+        scored.score = round(sum(scores) / len(scores), 4) if scores else None
     return scored
 
 
@@ -113,8 +113,8 @@ def backend_factory(config: EvalConfig) -> Callable[[], Backend]:
     def build() -> Backend:
         if config.backend is None:
             raise ValueError(f"scorer {config.scorer!r} prompts an LLM: give a backend section in the config")
-        from fastvista.llm import make_backend
+        from fastvista.llm import make_checked_backend
 
-        return make_backend(config.backend)
+        return make_checked_backend(config.backend, [config.student.adapter if config.scorer == "student" else None])
 
     return build

@@ -37,13 +37,13 @@ import time
 from pathlib import Path
 
 from fastvista.config import DataSelection, load_config, load_dialogues
-from fastvista.labels import REMEMBERED_LABELS
+from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, turn_result
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.records_io import read_scored
 from fastvista.scheduler import SCHEDULES, run, usage_of
-from fastvista.schema import TurnResult, Usage
+from fastvista.schema import Usage
 from fastvista.models import resolve_model
-from fastvista.scoring import is_hallucinated, scored_dialogue, turn_score
+from fastvista.scoring import scored_dialogue
 from fastvista.single_pass import student_messages
 from fastvista.window_pass import render_window_target, window_messages, windows
 from infer.serve import running, serve_command
@@ -66,7 +66,7 @@ def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "
         "calls_per_turn": round(stats.calls / len(turns), 2),
         "prompt_tokens_per_turn": round(stats.prompt_tokens / len(turns), 1),
         "completion_tokens_per_turn": round(stats.completion_tokens / len(turns), 1),
-        "unparsed_turns": sum(t.parse_error is not None for t in turns),
+        "failed_dialogues": len(stats.failed),
         "results": str(path),
     }
     after = backend.speculation() if hasattr(backend, "speculation") else None
@@ -83,30 +83,28 @@ def literal_regex(text: str) -> str:
 
 def forced_windows(dialogue, size: int, claims: dict, history_turns: int):
     """The dialogue-level pass with every window's answer forced to the given claims."""
-    store, results = list(dialogue.knowledge_init), []
+    store, results = initial_store(dialogue.knowledge_init), []
     for window in windows(dialogue.scored_indices(), size):
         per_turn = [claims[(dialogue.id, i)] for i in window]
         target = render_window_target(per_turn)
         request = ChatRequest(messages=window_messages(dialogue, window, store, history_turns), max_tokens=2048, regex=literal_regex(target))
         [completion] = yield [request]
+        errors = [] if completion.text.strip() == target else ["forced answer differs from its target"]
         for k, (index, turn_claims) in enumerate(zip(window, per_turn)):
-            labels = [c.label for c in turn_claims]
-            store = store + [c.text for c in turn_claims if c.label in REMEMBERED_LABELS and c.text not in store]
-            results.append(TurnResult(index=index, claims=turn_claims, score=turn_score(labels), no_claims=not turn_claims,
-                                      hallucinated=is_hallucinated(labels), store_after=store, usage=usage_of([completion]) if k == 0 else Usage(),
-                                      errors=[] if completion.text.strip() == target else ["forced answer differs from its target"]))
+            result, store = turn_result(index, turn_claims, store, MAX_STORE_CLAIMS, usage_of([completion]) if k == 0 else Usage(), errors)
+            results.append(result)
     return scored_dialogue(dialogue, results)
 
 
 def prompts_alone(dialogue, recorded: dict, history_turns: int):
     """The per-turn student's prompts (stores rebuilt from its recorded answers), each answered
     with one token: the student's time if decoding its answers cost nothing."""
-    store, results = list(dialogue.knowledge_init), []
-    for index in dialogue.scored_indices():
+    indices = dialogue.scored_indices()
+    replayed = [recorded[(dialogue.id, i)] for i in indices]
+    results = []
+    for index, result, store in zip(indices, replayed, stores_before(dialogue.knowledge_init, replayed)):
         [completion] = yield [ChatRequest(messages=student_messages(dialogue, index, store, history_turns), max_tokens=1)]
-        result = recorded[(dialogue.id, index)].model_copy(update={"usage": usage_of([completion])})
-        store = result.store_after
-        results.append(result)
+        results.append(result.model_copy(update={"usage": usage_of([completion])}))
     return scored_dialogue(dialogue, results)
 
 

@@ -24,11 +24,14 @@ eval_app = typer.Typer(help="Compare scorers: agreement with the teacher, accura
 
 @app.callback()
 def main_callback() -> None:
-    """Turn SIGTERM into a normal exit, so engines shut their worker processes down instead of
-    leaving them running (vLLM's engine processes outlive a parent killed by a bare SIGTERM)."""
+    """Turn SIGTERM into a normal exit, so engines shut their worker processes down, and start
+    the watchdog that stops them if this command is killed outright (SIGKILL)."""
     import signal
 
+    from fastvista.reaper import watch_children
+
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    watch_children()
 
 
 app.add_typer(data_app, name="data")
@@ -96,12 +99,30 @@ def eval_gold(
 
     if reading not in READINGS:
         fail(f"unknown reading {reading!r}: one of {', '.join(READINGS)}")
-    write_report(against_gold(read_scored(scored), similarity_function(similarity), threshold, reading), out)
+    from fastvista.scheduler import read_failed
+
+    write_report(against_gold(read_scored(scored), similarity_function(similarity), threshold, reading, read_failed(scored.parent)), out)
 
 
 def fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
+
+
+RUN_ERRORS = (ValueError, RuntimeError)  # bad input (RecordError), settings, a backend that cannot serve, a locked folder
+
+
+def report_run(summary: dict, keys: list[str], out: Path, files: str) -> None:
+    """Print a run's headline; exit 3 when dialogues failed (they are in failed.jsonl, with reasons,
+    and the same command tries them again), so no script takes a partial run for a whole one."""
+    typer.echo(json.dumps({k: summary.get(k) for k in keys if k in summary}, indent=2))
+    typer.echo(f"outputs in {out}/ ({files})")
+    failed = summary.get("failed_dialogues", 0)
+    if failed:
+        typer.secho(f"error: {failed} dialogue(s) could not be scored (a call failed or an answer never read); reasons in "
+                    f"{out}/failed.jsonl. Fix the cause and run the same command again: it scores only those.",
+                    fg=typer.colors.RED, err=True)
+        raise typer.Exit(3)
 
 
 def parse_options(options: List[str]) -> dict:
@@ -219,8 +240,6 @@ def eval_run(
     from evaluation.run import main
     from evaluation.scorers import SCORERS
     from fastvista.config import load_config
-    from fastvista.models import ModelError
-    from fastvista.records_io import RecordError
 
     if scorer not in SCORERS:
         fail(f"unknown scorer {scorer!r}: one of {', '.join(SCORERS)}")
@@ -230,11 +249,11 @@ def eval_run(
             overrides.append(f"{key}={json.dumps(value)}")
     try:
         summary = main(load_config(str(config) if config else None, overrides), out, skip_bad=skip_bad, progress=not quiet)
-    except (RecordError, ValueError, ModelError, RuntimeError) as e:
+    except RUN_ERRORS as e:
         fail(str(e))
-    keys = ["dialogues", "scored_turns", "claims_per_turn", "label_distribution", "calls_per_turn", "gold_turn_accuracy", "inputs_skipped"]
-    typer.echo(json.dumps({k: summary.get(k) for k in keys if k in summary}, indent=2))
-    typer.echo(f"outputs in {out}/ (results.jsonl, summary.json, gold.json, skipped.jsonl)")
+    keys = ["dialogues", "scored_turns", "claims_per_turn", "label_distribution", "calls_per_turn", "gold_turn_accuracy", "inputs_skipped",
+            "failed_dialogues"]
+    report_run(summary, keys, out, "results.jsonl, summary.json, gold.json, skipped.jsonl, failed.jsonl")
 
 
 @app.command("synth")
@@ -256,8 +275,6 @@ def synth(
     Kill it at any time and run the same command again: finished dialogues are kept and every
     finished LLM call is answered from the cache.
     """
-    from fastvista.models import ModelError
-    from fastvista.records_io import RecordError
     from fastvista.config import load_config
     from synth.run import main
 
@@ -269,11 +286,11 @@ def synth(
     try:
         tree = load_config(str(config) if config else None, overrides)
         summary = main(tree, out, skip_bad=skip_bad, progress=not quiet)
-    except (RecordError, ValueError, ModelError) as e:
+    except RUN_ERRORS as e:
         fail(str(e))
-    keys = ["dialogues", "scored_turns", "claims_per_turn", "label_distribution", "calls_per_turn", "gold_turn_accuracy", "training_examples", "inputs_skipped"]
-    typer.echo(json.dumps({k: summary.get(k) for k in keys if k in summary}, indent=2))
-    typer.echo(f"outputs in {out}/ (summary.json, labelled.jsonl, train.jsonl, skipped.jsonl)")
+    keys = ["dialogues", "scored_turns", "claims_per_turn", "label_distribution", "calls_per_turn", "gold_turn_accuracy", "training_examples",
+            "inputs_skipped", "failed_dialogues"]
+    report_run(summary, keys, out, "summary.json, labelled.jsonl, train.jsonl, skipped.jsonl, failed.jsonl")
 
 
 @app.command("score")
@@ -293,8 +310,6 @@ def score(
     resumes: dialogues already in results.jsonl are kept.
     """
     from fastvista.config import load_config
-    from fastvista.models import ModelError
-    from fastvista.records_io import RecordError
     from infer.run import main
 
     overrides = list(set_)
@@ -303,7 +318,7 @@ def score(
             overrides.append(f"{key}={json.dumps(value)}")
     try:
         summary, scored = main(load_config(str(config) if config else None, overrides), out, skip_bad=skip_bad, progress=not quiet)
-    except (RecordError, ValueError, ModelError) as e:
+    except RUN_ERRORS as e:
         fail(str(e))
     if not quiet:
         from rich.console import Console
@@ -311,9 +326,8 @@ def score(
         from infer.report import terminal_table
 
         Console().print(terminal_table(scored))
-    keys = ["dialogues", "scored_turns", "turns_unparsed", "claims_per_turn", "label_distribution", "system_scores", "gold_turn_accuracy"]
-    typer.echo(json.dumps({k: summary.get(k) for k in keys if k in summary}, indent=2))
-    typer.echo(f"outputs in {out}/ (results.jsonl, summary.json, report.html, skipped.jsonl)")
+    keys = ["dialogues", "scored_turns", "claims_per_turn", "label_distribution", "system_scores", "gold_turn_accuracy", "failed_dialogues"]
+    report_run(summary, keys, out, "results.jsonl, summary.json, report.html, skipped.jsonl, failed.jsonl")
 
 
 @app.command("serve")

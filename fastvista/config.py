@@ -35,6 +35,15 @@ def set_key(tree: dict, dotted: str, value) -> None:
     tree[leaf] = value
 
 
+def selected(data: DataSelection, skip_bad: bool) -> tuple[list[Dialogue], list[dict]]:
+    """What a run reads: the selected dialogues, and a report (file, line, reason; or id and
+    reason) for each input it will not score, so every input is accounted for."""
+    skipped: list[RecordError] = []
+    dropped: list[dict] = []
+    dialogues = load_dialogues(data, skipped if skip_bad else None, dropped)
+    return dialogues, [e.as_dict() for e in skipped] + dropped
+
+
 def load_config(path: str | None, overrides: list[str]) -> dict:
     tree = yaml.safe_load(Path(path).read_text()) if path else {}
     for item in overrides:
@@ -45,7 +54,9 @@ def load_config(path: str | None, overrides: list[str]) -> dict:
     return tree
 
 
-def load_dialogues(data: DataSelection, skipped: list[RecordError] | None) -> list[Dialogue]:
-    """The selected dialogues; bad records raise, or are collected in `skipped` when given."""
-    chosen = list(select(load(data.source, data.input, skipped, **data.options), data.limit, data.min_scored_turns, data.max_scored_turns))
+def load_dialogues(data: DataSelection, skipped: list[RecordError] | None, dropped: list[dict] | None = None) -> list[Dialogue]:
+    """The selected dialogues; bad records raise, or are collected in `skipped` when given;
+    dialogues the selection leaves out for too few scored turns are reported in `dropped`."""
+    chosen = list(select(load(data.source, data.input, skipped, **data.options), data.limit, data.min_scored_turns,
+                         data.max_scored_turns, dropped))
     return sample(chosen, data.sample, data.seed) if data.sample is not None else chosen

@@ -4,12 +4,19 @@ continuous schedule, each dialogue's calls go out on their own as soon as its la
 so the engine stays full although each dialogue is sequential. Finished dialogues are appended
 (and fsynced) to the output at once; a killed run resumes by skipping the dialogues already
 written and answering the rest from the call cache.
+
+Fail closed: a call the backend could not answer, or an answer that never reads, raises
+`ScoringFailed` inside the dialogue's state machine; the dialogue is reported in failed.jsonl with
+its reason, never written as a result, and tried again by the next run.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import time
+from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
@@ -20,11 +27,24 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from fastvista.llm import Backend, ChatRequest, Completion
-from fastvista.records_io import RecordError, read_scored, to_json_line
+from fastvista.records_io import RecordError, read_scored, to_json_line, write_jsonl
 from fastvista.schema import Dialogue, ScoredDialogue, Usage
 from fastvista.single_pass import FormatError
 
 Answer = tuple[object, "str | None", Completion]  # parsed value (None if never), last error, completion
+
+
+class ScoringFailed(RuntimeError):
+    """A call that failed or an answer that never read: an error, never a score."""
+
+
+def check_completion(c: Completion, request: ChatRequest) -> None:
+    """A backend error fails the dialogue at once (the backend has done its retrying); an answer cut
+    at `max_tokens` is a format error, never a shorter answer."""
+    if c.error:
+        raise ScoringFailed(f"backend: {c.error}")
+    if c.finish_reason == "length":
+        raise FormatError(f"answer cut at max_tokens={request.max_tokens}")
 
 
 def ask(
@@ -35,9 +55,11 @@ def ask(
     completions: list[Completion],
 ) -> Generator[list[ChatRequest], list[Completion], list[Answer]]:
     """Send requests (from inside a state machine); retry answers that `parse` rejects with a
-    FormatError (one parser for all, or one per request), sampling with a new seed each attempt. Every completion received is appended to
-    `completions` (for the usage count); returns, per request, the parsed value or None, the last
-    error, and the completion that parsed (or the last one)."""
+    FormatError, or that were cut at `max_tokens` (one parser for all, or one per request),
+    sampling with a new seed each attempt. A backend error raises ScoringFailed (no retry here:
+    the backend retried transport errors with the same settings). Every completion received is
+    appended to `completions` (for the usage count); returns, per request, the parsed value or
+    None, the last error, and the completion that parsed (or the last one)."""
     parsers = parse if isinstance(parse, list) else [parse] * len(requests)
     values: list = [None] * len(requests)
     errors: list[str | None] = [None] * len(requests)
@@ -53,11 +75,10 @@ def ask(
         answers = yield batch
         completions.extend(answers)
         failed = []
-        for i, c in zip(pending, answers):
+        for i, r, c in zip(pending, batch, answers):
             last[i] = c
             try:
-                if c.error:
-                    raise FormatError(c.error)
+                check_completion(c, r)
                 values[i], errors[i] = parsers[i](c.text), None
             except FormatError as e:
                 errors[i] = f"{e} (attempt {attempt + 1})"
@@ -121,38 +142,66 @@ class RunStats:
     completion_tokens: int = 0
     wall_seconds: float = 0.0
     duplicates: list[str] = field(default_factory=list)
+    failed: list[dict] = field(default_factory=list)  # {"id", "reason"} of dialogues not scored this run
+
+
+class StaleResults(ValueError):
+    """Results in the output folder that another input or other settings made."""
 
 
 def method_of(provenance: dict) -> dict:
-    """The part of a provenance that decides the labels (not which data were selected)."""
+    """The part of a provenance that decides the labels. The data selection is left out: which
+    dialogues a run takes may grow between runs, and what a selection does to one dialogue (a
+    cut after N scored turns) is caught by comparing the stored dialogue with the input."""
     return {k: v for k, v in provenance.items() if k != "data"}
 
 
-def finished_ids(path: Path, provenance: dict | None = None) -> set[str]:
-    """Ids already written to `path`; a torn last line (killed mid-write) is cut off. Results made
-    with another method (model, prompts, settings) are refused rather than mixed in."""
+def finished(path: Path, provenance: dict | None = None) -> dict[str, Dialogue]:
+    """The dialogues already scored in `path`, by id. Only an unterminated last line (a run killed
+    mid-write) is cut off; any other line that does not read is an error naming file and line, so
+    resuming never deletes a result. Results made with other settings (model and adapter content,
+    prompts, method, data selection) are refused rather than mixed in."""
     if not path.exists():
-        return set()
-    done, good_bytes = set(), 0
+        return {}
+    done: dict[str, Dialogue] = {}
+    good_bytes = 0
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
+            if not raw.endswith(b"\n"):
+                break  # torn last line
             try:
-                if not raw.endswith(b"\n"):
-                    raise ValueError("torn line")
                 record = ScoredDialogue.model_validate_json(raw)
-            except (ValueError, ValidationError):
-                break
+            except ValidationError as e:
+                raise RecordError(path, n, None, f"not a scored dialogue ({e.errors()[0]['msg']}); "
+                                  "fix or remove this line, or write to another output folder") from None
             if provenance is not None and method_of(record.provenance) != method_of(provenance):
-                raise ValueError(
-                    f"{path}:{n} was made with other settings ({method_of(record.provenance)}); "
-                    "resume with the same settings, or write to another output folder"
-                )
-            done.add(record.id)
+                old, new = method_of(record.provenance), method_of(provenance)
+                changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+                raise StaleResults(f"{path}:{n} was made with other settings (differing: {', '.join(changed)}); "
+                                   "resume with the same settings, or write to another output folder")
+            done[record.id] = record.dialogue
             good_bytes += len(raw)
     if good_bytes < path.stat().st_size:
         with open(path, "r+b") as f:
             f.truncate(good_bytes)
     return done
+
+
+@contextmanager
+def folder_lock(folder: Path):
+    """One run at a time per output folder: a second one would append duplicates."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            raise RuntimeError(f"another run is writing to {folder} (pid {lock.read().strip() or '?'}); "
+                               "wait for it, stop it, or write to another output folder") from None
+        lock.truncate(0)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        yield
 
 
 Schedule = Literal["waves", "continuous"]
@@ -185,7 +234,7 @@ def run(
     stats = RunStats()
     start = time.perf_counter()
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    done = finished_ids(out_path, provenance)
+    done = finished(out_path, provenance)
     seen: set[str] = set()
     source = iter(dialogues)
     active: dict[str, tuple[object, list]] = {}
@@ -202,6 +251,10 @@ def run(
             stats.labelled += 1
             bar.update(1)
 
+        def fail(i: str, error: ScoringFailed) -> None:
+            stats.failed.append({"id": i, "reason": str(error)})
+            bar.update(1)
+
         def start_one(d: Dialogue) -> None:
             gen = machine(d)
             try:
@@ -209,6 +262,8 @@ def run(
                 steps[d.id] = 0
             except StopIteration as stop:
                 finish(stop.value)
+            except ScoringFailed as e:
+                fail(d.id, e)
 
         def refill() -> None:
             while len(active) < max_active:
@@ -220,6 +275,9 @@ def run(
                     continue
                 seen.add(d.id)
                 if d.id in done:
+                    if done[d.id] != d:
+                        raise StaleResults(f"{out_path}: dialogue {d.id!r} was scored from another version of it (the input or the "
+                                           "data selection changed); write to another output folder")
                     stats.resumed += 1
                     bar.update(1)
                     continue
@@ -238,12 +296,15 @@ def run(
             steps[i] += 1
             try:
                 active[i] = (gen, gen.send(answers))
+                return
             except StopIteration as stop:
-                del active[i]
-                if schedule == "continuous":  # rounds: the longest chain of calls any dialogue waited for
-                    stats.rounds = max(stats.rounds, steps[i])
-                del steps[i]
                 finish(stop.value)
+            except ScoringFailed as e:
+                fail(i, e)
+            del active[i]
+            if schedule == "continuous":  # rounds: the longest chain of calls any dialogue waited for
+                stats.rounds = max(stats.rounds, steps[i])
+            del steps[i]
 
         refill()
         if active:
@@ -294,26 +355,37 @@ def _continuous(backend: Backend, active: dict, advance: Callable, count: Callab
             send_waiting()
 
 
+def read_failed(folder: Path) -> list[dict]:
+    """The dialogues a run in `folder` could not score, each with its reason (failed.jsonl)."""
+    path = Path(folder) / "failed.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] if path.exists() else []
+
+
 def run_to_folder(
     dialogues: list[Dialogue],
     machine: Callable[[Dialogue], object],
     backend_factory: Callable[[], Backend],
     results: Path,
-    skipped: list[RecordError],
+    skipped: list[dict],
     provenance: dict,
     max_active: int,
     progress: bool,
     desc: str,
     schedule: Schedule = "waves",
 ) -> tuple[list[ScoredDialogue], dict]:
-    """`run`, then what every stage writes beside its results: `skipped.jsonl` (bad inputs and
-    duplicate ids, each with its reason). Returns the selected dialogues' results (resumed ones
-    included) and the run's part of the summary."""
-    stats = run(dialogues, machine, backend_factory, results, max_active=max_active, total=len(dialogues),
-                provenance=provenance, progress=progress, desc=desc, schedule=schedule)
-    reports = [e.as_dict() for e in skipped] + [{"id": i, "reason": "duplicate id: done once"} for i in stats.duplicates]
-    with open(results.parent / "skipped.jsonl", "w", encoding="utf-8") as f:
-        f.writelines(to_json_line(r) for r in reports)
-    scored = read_scored(results, {d.id for d in dialogues})
-    run_report = {"inputs_skipped": len(reports), "this_run": {**stats.__dict__, "duplicates": len(stats.duplicates)}, "provenance": provenance}
+    """`run` under the folder's lock, then what every stage writes beside its results, so every
+    input is accounted for: `skipped.jsonl` (bad inputs, dialogues the selection dropped and
+    duplicate ids, each with its reason) and `failed.jsonl` (dialogues whose calls or answers
+    failed this run; the next run tries them again). Returns the selected dialogues' results
+    (resumed ones included) and the run's part of the summary."""
+    with folder_lock(results.parent):
+        stats = run(dialogues, machine, backend_factory, results, max_active=max_active, total=len(dialogues),
+                    provenance=provenance, progress=progress, desc=desc, schedule=schedule)
+        reports = list(skipped) + [{"id": i, "reason": "duplicate id: done once"} for i in stats.duplicates]
+        write_jsonl(results.parent / "skipped.jsonl", reports)
+        write_jsonl(results.parent / "failed.jsonl", stats.failed)
+        scored = read_scored(results, {d.id for d in dialogues}) if results.exists() else []
+    run_report = {"inputs_skipped": len(reports), "failed_dialogues": len(stats.failed),
+                  "this_run": {**stats.__dict__, "duplicates": len(stats.duplicates), "failed": len(stats.failed)},
+                  "provenance": provenance}
     return scored, run_report

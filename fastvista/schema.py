@@ -1,4 +1,4 @@
-"""Pydantic records shared by every stage: dialogues in, scored dialogues out (DESIGN.md)."""
+"""Pydantic records shared by every stage: dialogues in, scored dialogues out (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -76,17 +76,21 @@ class Usage(Record):
 
 
 class TurnResult(Record):
+    """A scored turn. A turn that could not be scored has no result: its dialogue is reported in
+    failed.jsonl instead (fastvista.scheduler)."""
+
     index: int
     claims: list[Claim]
-    score: Optional[float] = None  # None only when the answer never parsed (see parse_error)
+    score: float
     no_claims: bool
     hallucinated: bool
-    store_after: list[str] = Field(default_factory=list)
+    # What the turn added to the knowledge store, and how many of its oldest entries that pushed
+    # out (fastvista.memory): the store is replayed from these, never copied per turn.
+    store_added: list[str] = Field(default_factory=list)
+    store_evicted: int = 0
     usage: Usage = Field(default_factory=Usage)
+    # Answers that were retried before one read, and other notes; never a failed call.
     errors: list[str] = Field(default_factory=list)
-    # The student's last unparseable answer, when no attempt parsed: the turn is reported, not scored.
-    parse_error: Optional[str] = None
-    raw_output: Optional[str] = None
     # What a scorer without claims bases its score on (Q2's questions and answers, a judge's reason).
     details: Optional[dict] = None
 
@@ -95,7 +99,7 @@ class ScoredDialogue(Record):
     id: str
     source: str
     system: Optional[str] = None
-    score: float
+    score: Optional[float]  # None: the dialogue has no scored turn, so nothing to score
     turns: list[TurnResult]
     usage: Usage = Field(default_factory=Usage)
     provenance: dict = Field(default_factory=dict)

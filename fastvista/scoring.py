@@ -1,4 +1,4 @@
-"""Score formulas of DESIGN.md: pure functions over claim labels."""
+"""Score formulas of docs/design.md: pure functions over claim labels."""
 
 from __future__ import annotations
 
@@ -27,10 +27,11 @@ def is_unattributed(labels: Sequence[Label]) -> bool:
     return not labels or any(l is not Label.VERIFIED for l in labels)
 
 
-def dialogue_score(turn_labels: Iterable[Sequence[Label]]) -> float:
-    """The VISTA score: safe claims / claims over all scored turns (a micro-average); 1.0 if none."""
-    labels = [l for turn in turn_labels for l in turn]
-    return turn_score(labels)
+def dialogue_score(turn_labels: Iterable[Sequence[Label]]) -> float | None:
+    """The VISTA score: safe claims / claims over all scored turns (a micro-average); 1.0 if the
+    turns make no claim, None if there is no scored turn (nothing was checked)."""
+    turns = list(turn_labels)
+    return turn_score([l for turn in turns for l in turn]) if turns else None
 
 
 def system_scores(dialogues: Iterable[tuple[str | None, Iterable[Sequence[Label]]]]) -> dict:
@@ -42,12 +43,11 @@ def system_scores(dialogues: Iterable[tuple[str | None, Iterable[Sequence[Label]
 
 
 def scored_dialogue(dialogue: Dialogue, results: list[TurnResult]) -> ScoredDialogue:
-    """A dialogue's record of results: the VISTA score over the turns that were scored (a turn
-    reported with a parse error has no labels to count) and the summed usage."""
+    """A dialogue's record of results: the VISTA score over its scored turns and the summed usage."""
     usage = Usage()
     for r in results:
         usage = usage.add(r.usage)
-    labels = [[c.label for c in r.claims] for r in results if r.parse_error is None]
+    labels = [[c.label for c in r.claims] for r in results]
     return ScoredDialogue(
         id=dialogue.id, source=dialogue.source, system=dialogue.system, score=dialogue_score(labels),
         turns=results, usage=usage, dialogue=dialogue,

@@ -21,14 +21,18 @@ def select(
     limit: int | None = None,
     min_scored_turns: int = 0,
     max_scored_turns: int | None = None,
+    dropped: list[dict] | None = None,
 ) -> Iterator[Dialogue]:
     """The first `limit` dialogues with at least `min_scored_turns` scored turns, each cut
-    after `max_scored_turns` scored turns."""
+    after `max_scored_turns` scored turns; each dialogue left out for too few scored turns is
+    reported in `dropped` with its reason."""
     n = 0
     for d in dialogues:
         if limit is not None and n >= limit:
             return
         if len(d.scored_indices()) < min_scored_turns:
+            if dropped is not None:
+                dropped.append({"id": d.id, "reason": f"{len(d.scored_indices())} scored turns, fewer than min_scored_turns={min_scored_turns}"})
             continue
         yield truncate_scored(d, max_scored_turns) if max_scored_turns else d
         n += 1

@@ -1,14 +1,17 @@
 """The single-pass prompt and output format: one contract for synth, train and infer.
 
 The renderer is the only place where dialogue text enters a student prompt. Dialogue text is
-untrusted: a line of it that starts with `[` (or with the escape character) is escaped so that it
-can never forge a section header, history entries are kept on one line each so that they cannot
-forge a speaker, and claim text never carries `|` or a newline so that it cannot forge a label.
+untrusted: every Unicode line break becomes a newline, and a line whose first visible character
+is an opening bracket of any shape (`[`, `［`, `【`, ... after NFKC) or the escape character is
+escaped, so that it can never forge a section header; history entries are kept on one line each
+so that they cannot forge a speaker, and claim text never carries `|` (or `｜`) or a line break so
+that it cannot forge a label.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -37,9 +40,15 @@ Answer with one claim a line, numbered, the label last after " | ", for example:
 Answer {NO_CLAIMS} alone if the turn makes no claim."""
 
 _LABELS = "|".join(l.value for l in Label)
-MAX_CLAIMS = 24  # the most claims one answer may list (the regex spells out the numbering)
-MAX_CLAIM_CHARS = 300
+MAX_CLAIMS = 12  # the most claims one answer may list (the regex spells out the numbering)
+MAX_CLAIM_CHARS = 200
 _CLAIM_LINE_RE = re.compile(rf"^(\d+)\. ([^|\n]+?) \| ({_LABELS})$")
+
+
+def max_answer_chars(max_claims: int = MAX_CLAIMS, max_claim_chars: int = MAX_CLAIM_CHARS) -> int:
+    """The longest answer the forced format allows, in characters."""
+    label = max(len(l.value) for l in Label)
+    return sum(len(f"{k}. ") + max_claim_chars + len(" | ") + label + 1 for k in range(1, max_claims + 1))
 
 
 @lru_cache(maxsize=16)
@@ -60,20 +69,45 @@ class FormatError(ValueError):
     """Model output that does not follow the single-pass format."""
 
 
+# Every line break a model or tokenizer may honour: exactly those of `str.splitlines`.
+LINE_BREAK = re.compile(r"\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+# Characters a reader or tokenizer may not see (BERT's tokenizer drops Cc and Cf): they must not
+# hide what a line starts with.
+_INVISIBLE = {"Cc", "Cf", "Mn", "Me"}
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of `text` as a model may read them (empty last line kept, unlike splitlines)."""
+    return LINE_BREAK.split(text)
+
+
+def _skip_invisible(text: str) -> str:
+    i = 0
+    while i < len(text) and (text[i].isspace() or unicodedata.category(text[i]) in _INVISIBLE):
+        i += 1
+    return text[i:]
+
+
+def needs_escape(line: str) -> bool:
+    """Could the line be read as a header or an escape: its first visible character, read as
+    NFKC, is an opening bracket of any script (category Ps, so `[` and lookalikes) or `\\`."""
+    head = _skip_invisible(unicodedata.normalize("NFKC", _skip_invisible(line)))
+    return bool(head) and (unicodedata.category(head[0]) == "Ps" or head[0] == ESCAPE)
+
+
 def escape_block(text: str) -> str:
-    """Escape every line that could be read as a section header (starts with `[` or `\\`)."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return "\n".join(ESCAPE + l if l.lstrip().startswith(("[", ESCAPE)) else l for l in lines)
+    """Every line break as `\\n`, and every line that could pass for a header escaped."""
+    return "\n".join(ESCAPE + l if needs_escape(l) else l for l in split_lines(text))
 
 
 def one_line(text: str) -> str:
-    """Collapse all whitespace, newlines included, to single spaces."""
+    """Collapse all whitespace, every Unicode line break included, to single spaces."""
     return " ".join(text.split())
 
 
 def normalise_claim(text: str) -> str:
     """Claim text as the format allows it: one line, no `|`."""
-    return one_line(text.replace("|", "/"))
+    return one_line(text.replace("|", "/").replace("\uff5c", "/"))
 
 
 def render_store(store: Sequence[str]) -> str:
@@ -109,7 +143,7 @@ def split_sections(message: str, headers: Sequence[str] = SECTIONS) -> dict[str,
     """Inverse view of a rendered message: header -> block (used to check the escaping)."""
     sections: dict[str, list[str]] = {}
     current = None
-    for line in message.split("\n"):
+    for line in split_lines(message):
         if line in headers:
             current = line
             if current in sections:

@@ -8,6 +8,9 @@ record, so a guard can keep it anywhere (a session store, a cookie, a database r
     state = state.with_user("Who painted the Mona Lisa?")
     result, state = scorer.score(state, "Leonardo da Vinci painted it in 1503.", reference=passage)
     if result.hallucinated: ...
+
+It fails closed: a backend that is down, a key it refuses, a prompt too long or an answer that
+never reads raises ScoringFailed (or ConfigError), never returns "not hallucinated".
 """
 
 from __future__ import annotations
@@ -43,5 +46,5 @@ class LiveScorer:
         cfg = self.config
         message = render_user_message(state.store, reference, recent(state.history, cfg.history_turns), text)
         constrained = self.backend.supports_constraints and cfg.constrain
-        result = drive(score_turn(render_messages(message), len(state.history), state.store, cfg, constrained), self.backend)
-        return result, DialogueState(store=result.store_after, history=[*state.history, ("assistant", text)])
+        result, store = drive(score_turn(render_messages(message), len(state.history), state.store, cfg, constrained), self.backend)
+        return result, DialogueState(store=store, history=[*state.history, ("assistant", text)])

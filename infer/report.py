@@ -4,6 +4,7 @@ by label."""
 from __future__ import annotations
 
 import html
+import unicodedata
 from pathlib import Path
 
 from fastvista.schema import ScoredDialogue
@@ -21,17 +22,26 @@ STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem aut
 .bad{border-left-color:#c33}.meta{color:#777;font-size:.85rem}"""
 
 
+def _plain(text: str):
+    """Untrusted text for the terminal: a Text, so never read as markup (`[/]` must not crash the
+    table, nor `[red]` style it), with control characters (ESC starts terminal commands) shown
+    as escapes rather than sent."""
+    from rich.text import Text
+
+    return Text("".join(c.encode("unicode_escape").decode() if unicodedata.category(c) == "Cc" else c for c in text))
+
+
 def terminal_table(scored: list[ScoredDialogue], limit: int = 20):
     """A rich Table: one row per dialogue (the first `limit`)."""
     from rich.table import Table
 
     table = Table(title=f"{len(scored)} dialogues scored")
-    for column in ("dialogue", "system", "turns", "claims", "hallucinated turns", "unparsed", "score"):
+    for column in ("dialogue", "system", "turns", "claims", "hallucinated turns", "score"):
         table.add_column(column, justify="left" if column in ("dialogue", "system") else "right")
     for d in scored[:limit]:
         table.add_row(
-            d.id, str(d.system or ""), str(len(d.turns)), str(sum(len(t.claims) for t in d.turns)),
-            str(sum(t.hallucinated for t in d.turns)), str(sum(t.parse_error is not None for t in d.turns)), f"{d.score:.3f}",
+            _plain(d.id), _plain(d.system or ""), str(len(d.turns)), str(sum(len(t.claims) for t in d.turns)),
+            str(sum(t.hallucinated for t in d.turns)), "none" if d.score is None else f"{d.score:.3f}",
         )
     return table
 
@@ -48,8 +58,8 @@ def _turn_html(d: ScoredDialogue, index: int) -> str:
         f"<small>{c.label.value}</small></span>"
         for c in result.claims
     )
-    score = "unparsed: " + html.escape(result.parse_error) if result.parse_error else f"score {result.score:.2f}"
-    klass = "turn bad" if result.hallucinated or result.parse_error else "turn"
+    score = f"score {result.score:.2f}"
+    klass = "turn bad" if result.hallucinated else "turn"
     return f'<div class="{klass}"><b>assistant</b>: {text}<div>{claims}</div><div class="meta">{score}</div></div>'
 
 
@@ -58,6 +68,6 @@ def write_html(scored: list[ScoredDialogue], path: Path) -> None:
     parts = [f"<!doctype html><meta charset=utf-8><title>fastvista report</title><style>{STYLE}</style>",
              f"<h1>fastvista report</h1><p>{len(scored)} dialogues. {legend}</p>"]
     for d in scored:
-        parts.append(f"<h2>{html.escape(d.id)} <small class=meta>system {html.escape(str(d.system))}, score {d.score:.3f}</small></h2>")
+        parts.append(f"<h2>{html.escape(d.id)} <small class=meta>system {html.escape(str(d.system))}, score {"none" if d.score is None else f"{d.score:.3f}"}</small></h2>")
         parts.extend(_turn_html(d, i) for i in range(len(d.dialogue.turns)))
     path.write_text("\n".join(parts), encoding="utf-8")

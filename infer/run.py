@@ -7,9 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fastvista.config import DataSelection, load_dialogues
-from fastvista.llm import BackendConfig, make_backend
-from fastvista.records_io import RecordError
+from fastvista.config import DataSelection, selected
+from fastvista.llm import BackendConfig, fingerprint, make_checked_backend
 from fastvista.scheduler import Schedule, run_to_folder
 from fastvista.schema import ScoredDialogue
 from fastvista.summary import summarise
@@ -30,11 +29,10 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     data = DataSelection.model_validate(tree.pop("data", None) or {})
     config = ScoreConfig.model_validate(tree)
     out_dir.mkdir(parents=True, exist_ok=True)
-    skipped: list[RecordError] = []
-    dialogues = load_dialogues(data, skipped if skip_bad else None)
-    backend = make_backend(config.backend)
+    dialogues, skipped = selected(data, skip_bad)
+    backend = make_checked_backend(config.backend, [config.student.adapter])
     constrained = backend.supports_constraints and config.student.constrain
-    provenance = {"model": config.backend.model, "adapters": config.backend.lora_adapters, "backend": config.backend.kind,
+    provenance = {"model": config.backend.model, "weights": fingerprint(config.backend), "backend": config.backend.kind,
                   "student": config.student.model_dump(), "constrained": constrained, "data": data.model_dump()}
     scored, run_report = run_to_folder(
         dialogues, lambda d: score_dialogue(d, config.student, constrained), lambda: backend,

@@ -4,9 +4,10 @@ scored turns (`turns_per_call`, the dialogue-level pass of `fastvista.window_pas
 Turn k's knowledge store is built from the student's own VERIFIED and OUT_OF_SCOPE claims of the
 turns before it, so calls of one dialogue are sequential; the scheduler batches the next call of
 every open dialogue into one engine call (a wave). A window carries its store in its own answer,
-so a dialogue of N scored turns needs N / turns_per_call waves instead of N. The answer is forced into the single-pass
-format where the engine can (a regex), retried with sampling where it cannot, and a turn whose
-answer never parses is reported with `parse_error`, never dropped.
+so a dialogue of N scored turns needs N / turns_per_call waves instead of N. The answer is forced
+into the single-pass format where the engine can (a regex), retried with sampling where it cannot
+or where it was cut at `max_tokens`; a turn whose answer never parses, or whose call failed,
+raises ScoringFailed: its dialogue is reported, never scored.
 """
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from fastvista.labels import REMEMBERED_LABELS
+from pydantic import model_validator
+
 from fastvista.llm import ChatRequest, Completion, TokenLogprob
-from fastvista.scheduler import ask, usage_of
-from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult
-from fastvista.scoring import is_hallucinated, scored_dialogue, turn_score
-from fastvista.single_pass import HISTORY_TURNS, MAX_CLAIM_CHARS, MAX_CLAIMS, output_regex, parse_output, student_messages
+from fastvista.memory import MAX_STORE_CLAIMS, initial_store, turn_result
+from fastvista.scheduler import ScoringFailed, ask, usage_of
+from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult, Usage
+from fastvista.scoring import scored_dialogue
+from fastvista.single_pass import (HISTORY_TURNS, MAX_CLAIM_CHARS, MAX_CLAIMS, max_answer_chars, output_regex, parse_output,
+                                   student_messages)
 from fastvista.window_pass import parse_window_output, window_messages, window_regex, windows
+
+CHARS_PER_TOKEN = 2  # no tokenizer spends fewer than this many characters of English claims a token on average
 
 
 class StudentConfig(BaseModel):
@@ -31,7 +37,8 @@ class StudentConfig(BaseModel):
 
     adapter: Optional[str] = "student"  # the LoRA adapter's name in the backend; None: the base model
     history_turns: int = HISTORY_TURNS
-    max_tokens: int = 512
+    max_store_claims: int = MAX_STORE_CLAIMS  # the knowledge store's bound (oldest entries leave first)
+    max_tokens: int = 1536  # per scored turn; must cover the forced format's longest answer (checked)
     temperature: float = 0.0  # greedy by default; with a seed, sampling is reproducible
     seed: Optional[int] = None
     constrain: bool = True  # force the format with a regex where the engine supports it
@@ -43,6 +50,16 @@ class StudentConfig(BaseModel):
     # 1: the per-turn single pass (DESIGN.md); N > 1: one call scores up to N scored turns (the
     # model must have been trained on that format: the teacher's train_window.jsonl)
     turns_per_call: int = 1
+
+    @model_validator(mode="after")
+    def _answer_fits(self) -> "StudentConfig":
+        """The forced format must end before max_tokens does, or a long answer is cut by design."""
+        longest = max_answer_chars(self.max_claims, self.max_claim_chars)
+        if self.constrain and self.max_tokens * CHARS_PER_TOKEN < longest:
+            raise ValueError(f"max_tokens={self.max_tokens} cannot hold the forced format's longest answer ({longest} characters "
+                             f"= {self.max_claims} claims x {self.max_claim_chars} characters): raise student.max_tokens to "
+                             f"{-(-longest // CHARS_PER_TOKEN)} or lower student.max_claims / student.max_claim_chars")
+        return self
 
 
 def label_confidences(logprobs: list[TokenLogprob] | None, claims: list[Claim]) -> list[float | None]:
@@ -81,31 +98,23 @@ def student_request(messages: list[dict], cfg: StudentConfig, constrained: bool)
 
 def score_turn(
     messages: list[dict], index: int, store: list[str], cfg: StudentConfig, constrained: bool
-) -> Generator[list[ChatRequest], list[Completion], TurnResult]:
-    """Score one turn given its rendered messages; returns its result with the store after it."""
+) -> Generator[list[ChatRequest], list[Completion], tuple[TurnResult, list[str]]]:
+    """Score one turn given its rendered messages; returns its result and the store after it."""
     completions: list[Completion] = []
     [(claims, error, completion)] = yield from ask(
         [student_request(messages, cfg, constrained)], parse_output, cfg.retries, cfg.retry_temperature, completions
     )
     if claims is None:
-        return TurnResult(
-            index=index, claims=[], score=None, no_claims=False, hallucinated=False, store_after=list(store),
-            usage=usage_of(completions), errors=[f"student: {error}"], parse_error=error, raw_output=completion.text,
-        )
+        raise ScoringFailed(f"turn {index}: no answer read ({error}); last answer {completion.text[-200:]!r}")
     for claim, confidence in zip(claims, label_confidences(completion.logprobs, claims)):
         claim.confidence = confidence
-    labels = [c.label for c in claims]
-    new_store = list(store) + [c.text for c in claims if c.label in REMEMBERED_LABELS and c.text not in store]
-    return TurnResult(
-        index=index, claims=claims, score=turn_score(labels), no_claims=not claims,
-        hallucinated=is_hallucinated(labels), store_after=new_store, usage=usage_of(completions),
-        errors=[f"student: {len(completions) - 1} unparseable answer(s) before one parsed"] if len(completions) > 1 else [],
-    )
+    errors = [f"student: {len(completions) - 1} unparseable answer(s) before one parsed"] if len(completions) > 1 else []
+    return turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions), errors)
 
 
 def score_window(
     dialogue: Dialogue, window: list[int], store: list[str], cfg: StudentConfig, constrained: bool
-) -> Generator[list[ChatRequest], list[Completion], list[TurnResult]]:
+) -> Generator[list[ChatRequest], list[Completion], tuple[list[TurnResult], list[str]]]:
     """Score a window of scored turns in one call. The call's usage is booked on the window's
     first turn, so per-turn sums stay the run's totals."""
     completions: list[Completion] = []
@@ -116,34 +125,28 @@ def score_window(
     [(per_turn, error, completion)] = yield from ask(
         [request], lambda text: parse_window_output(text, len(window)), cfg.retries, cfg.retry_temperature, completions
     )
-    usage = [usage_of(completions)] + [usage_of([])] * (len(window) - 1)
     if per_turn is None:
-        return [TurnResult(index=i, claims=[], score=None, no_claims=False, hallucinated=False, store_after=list(store), usage=u,
-                           errors=[f"student: {error}"], parse_error=error, raw_output=completion.text) for i, u in zip(window, usage)]
+        raise ScoringFailed(f"turns {window}: no answer read ({error}); last answer {completion.text[-200:]!r}")
     every = [c for claims in per_turn for c in claims]
     for claim, confidence in zip(every, label_confidences(completion.logprobs, every)):
         claim.confidence = confidence
     results = []
-    for index, claims, u in zip(window, per_turn, usage):
-        labels = [c.label for c in claims]
-        store = list(store) + [c.text for c in claims if c.label in REMEMBERED_LABELS and c.text not in store]
-        results.append(TurnResult(index=index, claims=claims, score=turn_score(labels), no_claims=not claims,
-                                  hallucinated=is_hallucinated(labels), store_after=store, usage=u))
-    return results
+    for k, (index, claims) in enumerate(zip(window, per_turn)):
+        result, store = turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions) if k == 0 else Usage())
+        results.append(result)
+    return results, store
 
 
 def score_dialogue(dialogue: Dialogue, cfg: StudentConfig, constrained: bool) -> Generator[list[ChatRequest], list[Completion], ScoredDialogue]:
-    store = list(dialogue.knowledge_init)
+    store = initial_store(dialogue.knowledge_init, cfg.max_store_claims)
     results: list[TurnResult] = []
     if cfg.turns_per_call > 1:
         for window in windows(dialogue.scored_indices(), cfg.turns_per_call):
-            window_results = yield from score_window(dialogue, window, store, cfg, constrained)
-            store = window_results[-1].store_after
+            window_results, store = yield from score_window(dialogue, window, store, cfg, constrained)
             results.extend(window_results)
         return scored_dialogue(dialogue, results)
     for index in dialogue.scored_indices():
         messages = student_messages(dialogue, index, store, cfg.history_turns)
-        result = yield from score_turn(messages, index, store, cfg, constrained)
-        store = result.store_after
+        result, store = yield from score_turn(messages, index, store, cfg, constrained)
         results.append(result)
     return scored_dialogue(dialogue, results)

@@ -7,8 +7,10 @@ completions; the scheduler drives many of these at once. Per scored assistant tu
 2. verify each claim against the knowledge store and the turn's reference, and
 3. classify it (OUT_OF_SCOPE, CONTRADICTED, LACKING_EVIDENCE, ABSTENTION), both in one round; the
    class decides only where verification did not accept the claim;
-4. remember: append the turn's VERIFIED and OUT_OF_SCOPE claims to the store.
+4. remember: append the turn's VERIFIED and OUT_OF_SCOPE claims to the store (fastvista.memory).
 LLM calls per turn = 1 + votes x (claims not about the speaker + claims), plus retries.
+A failed call, a decomposition that never reads (or is cut at max_tokens), or a claim with no
+readable label raises ScoringFailed: the dialogue is reported, never given a fallback score.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from collections.abc import Generator
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fastvista.labels import REMEMBERED_LABELS, UNVERIFIABLE_CLASSES, Label
+from fastvista.labels import UNVERIFIABLE_CLASSES, Label
 from fastvista.llm import ChatRequest, Completion
+from fastvista.memory import MAX_STORE_CLAIMS, initial_store, turn_result
 from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult
-from fastvista.scoring import is_hallucinated, scored_dialogue, turn_score
-from fastvista.scheduler import ask, usage_of
+from fastvista.scoring import scored_dialogue
+from fastvista.scheduler import ScoringFailed, ask, usage_of
 from fastvista.single_pass import FormatError, normalise_claim, recent
 from synth import prompts
 
@@ -37,6 +40,7 @@ class TeacherConfig(BaseModel):
     accumulate: bool = True  # grow the knowledge store with VERIFIED and OUT_OF_SCOPE claims
     few_shot: int = 6  # examples per prompt (0 = zero-shot)
     history_turns: int = 8  # most recent turns shown as history
+    max_store_claims: int = MAX_STORE_CLAIMS  # the knowledge store's bound (oldest entries leave first)
     max_claims: int = 12  # a decomposition longer than this is cut (and reported)
     retries: int = 2  # extra attempts (sampled) for an answer that cannot be read
     retry_temperature: float = 0.7
@@ -193,11 +197,9 @@ def label_claims(
         errors += [f"classify: {a[1]}" for a in votes if a[1]]
         classes = _mean(found) if found else {}
         if not classes and (p_verified is None or p_verified < cfg.verify_threshold):
-            # Nothing readable: LACKING_EVIDENCE (unsafe, so it never hides a problem).
-            label, confidence = Label.LACKING_EVIDENCE, None
-        else:
-            label = decide(p_verified, classes, speaker[k], cfg)
-            confidence = p_verified if label is Label.VERIFIED else classes.get(label)
+            raise ScoringFailed(f"claim {text!r}: no readable label ({'; '.join(errors)})")
+        label = decide(p_verified, classes, speaker[k], cfg)
+        confidence = p_verified if label is Label.VERIFIED else classes.get(label)
         probabilities = {l.value: round(p, 4) for l, p in classes.items()}
         if p_verified is not None:
             probabilities["VERIFIED"] = round(p_verified, 4)
@@ -221,10 +223,9 @@ def label_turn(
             messages=prompts.decompose_messages(history if cfg.history else [], text, cfg.few_shot),
             max_tokens=cfg.decompose_max_tokens,
         )
-        [(claim_texts, error, _)] = yield from ask([decompose], parse_claims, cfg.retries, cfg.retry_temperature, completions)
-        if error:
-            errors.append(f"decompose: {error}")
-            claim_texts = []
+        [(claim_texts, error, last)] = yield from ask([decompose], parse_claims, cfg.retries, cfg.retry_temperature, completions)
+        if claim_texts is None:
+            raise ScoringFailed(f"decompose: {error}; last answer {last.text[-200:]!r}")
         if len(claim_texts) > cfg.max_claims:
             errors.append(f"decompose: {len(claim_texts)} claims, kept the first {cfg.max_claims}")
             claim_texts = claim_texts[: cfg.max_claims]
@@ -235,7 +236,7 @@ def label_turn(
 
 def label_dialogue(dialogue: Dialogue, cfg: TeacherConfig) -> Generator[list[ChatRequest], list[Completion], ScoredDialogue]:
     """Label every scored turn of one dialogue, threading the knowledge store through them."""
-    store = list(dialogue.knowledge_init)
+    store = initial_store(dialogue.knowledge_init, cfg.max_store_claims)
     results: list[TurnResult] = []
     for index in dialogue.scored_indices():
         turn = dialogue.turns[index]
@@ -243,20 +244,14 @@ def label_dialogue(dialogue: Dialogue, cfg: TeacherConfig) -> Generator[list[Cha
         gold = [c.text for c in turn.gold.claims] if cfg.gold_claims and turn.gold and turn.gold.claims is not None else None
         if cfg.gold_claims and gold is None:
             raise ValueError(f"{dialogue.id} turn {index}: gold_claims is set but the turn has no human claims")
-        claims, errors, completions = yield from label_turn(history, turn.text, turn.reference, store, cfg, gold)
+        try:
+            claims, errors, completions = yield from label_turn(history, turn.text, turn.reference, store, cfg, gold)
+        except ScoringFailed as e:
+            raise ScoringFailed(f"turn {index}: {e}") from e
+        result, after = turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions), errors)
         if cfg.accumulate:
-            store.extend(c.text for c in claims if c.label in REMEMBERED_LABELS and c.text not in store)
-        labels = [c.label for c in claims]
-        results.append(
-            TurnResult(
-                index=index,
-                claims=claims,
-                score=turn_score(labels),
-                no_claims=not claims,
-                hallucinated=is_hallucinated(labels),
-                store_after=list(store),
-                usage=usage_of(completions),
-                errors=errors,
-            )
-        )
+            store = after
+        else:
+            result = result.model_copy(update={"store_added": [], "store_evicted": 0})
+        results.append(result)
     return scored_dialogue(dialogue, results)

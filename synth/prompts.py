@@ -150,7 +150,7 @@ def evidence_user(store: Sequence[str], reference: str | None, claim: str) -> st
     reference_block = escape_block(reference.strip()) if reference and reference.strip() else "none"
     return (
         f"[KNOWLEDGE STORE]\n{render_store(store)}\n[REFERENCE]\n{reference_block}\n"
-        f"[CLAIM]\n{normalise_claim(claim)}"
+        f"[CLAIM]\n{escape_block(normalise_claim(claim))}"
     )
 
 

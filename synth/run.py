@@ -8,9 +8,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fastvista.config import DataSelection, load_dialogues
-from fastvista.llm import BackendConfig, make_backend
-from fastvista.records_io import RecordError, write_jsonl
+from fastvista.config import DataSelection, selected
+from fastvista.llm import BackendConfig, fingerprint, make_checked_backend
+from fastvista.records_io import write_jsonl
 from fastvista.scheduler import Schedule, run_to_folder
 from fastvista.single_pass import HISTORY_TURNS
 from fastvista.summary import summarise
@@ -35,10 +35,10 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     data = DataSelection.model_validate(tree.pop("data", None) or {})
     config = SynthConfig.model_validate(tree)
     out_dir.mkdir(parents=True, exist_ok=True)
-    skipped: list[RecordError] = []
-    dialogues = load_dialogues(data, skipped if skip_bad else None)
+    dialogues, skipped = selected(data, skip_bad)
     provenance = {
         "teacher_model": config.backend.model,
+        "weights": fingerprint(config.backend),
         "backend": config.backend.kind,
         "prompts_version": PROMPTS_VERSION,
         "teacher": config.teacher.model_dump(),
@@ -46,7 +46,7 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     }
     (out_dir / "config.json").write_text(json.dumps({**config.model_dump(), "data": data.model_dump()}, indent=2))
     scored, run_report = run_to_folder(
-        dialogues, lambda d: label_dialogue(d, config.teacher), lambda: make_backend(config.backend),
+        dialogues, lambda d: label_dialogue(d, config.teacher), lambda: make_checked_backend(config.backend, [None]),
         out_dir / "labelled.jsonl", skipped, provenance, config.max_active, progress, "teacher",
         config.schedule,
     )

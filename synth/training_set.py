@@ -3,6 +3,7 @@ prompt/completion format, rendered with the one single-pass renderer."""
 
 from __future__ import annotations
 
+from fastvista.memory import stores_before
 from fastvista.schema import ScoredDialogue
 from fastvista.single_pass import HISTORY_TURNS, render_target, student_messages
 from fastvista.window_pass import render_window_target, window_messages, windows
@@ -15,10 +16,8 @@ def training_examples(scored: ScoredDialogue, history_turns: int = HISTORY_TURNS
     its label is a fallback, not the teacher's judgement. The store still advances past it.
     """
     examples = []
-    store = list(scored.dialogue.knowledge_init)
-    for result in scored.turns:
+    for result, store in zip(scored.turns, stores_before(scored.dialogue.knowledge_init, scored.turns)):
         if result.errors:
-            store = result.store_after
             continue
         examples.append(
             {
@@ -29,7 +28,6 @@ def training_examples(scored: ScoredDialogue, history_turns: int = HISTORY_TURNS
                 "completion": [{"role": "assistant", "content": render_target(result.claims)}],
             }
         )
-        store = result.store_after
     return examples
 
 
@@ -39,8 +37,9 @@ def window_examples(scored: ScoredDialogue, turns_per_call: int, history_turns: 
     label is left out whole."""
     examples = []
     results = {r.index: r for r in scored.turns}
-    store = list(scored.dialogue.knowledge_init)
+    before = dict(zip(results, stores_before(scored.dialogue.knowledge_init, scored.turns)))
     for window in windows([r.index for r in scored.turns], turns_per_call):
+        store = before[window[0]]
         if not any(results[i].errors for i in window):
             examples.append(
                 {
@@ -51,5 +50,4 @@ def window_examples(scored: ScoredDialogue, turns_per_call: int, history_turns: 
                     "completion": [{"role": "assistant", "content": render_window_target([results[i].claims for i in window])}],
                 }
             )
-        store = results[window[-1]].store_after
     return examples

@@ -1,5 +1,6 @@
 """A local OpenAI-compatible chat endpoint on loopback that answers with the scripted rules,
-counts every request it receives, and can fail or stall on purpose."""
+counts every request it receives, lists the models it serves, and can fail, throttle (429 with
+Retry-After) or stall on purpose."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from tests.scripted import answer, student_answer
 
 
 class FakeOpenAI:
-    def __init__(self, delay: float = 0.0, fail_first: int = 0):
-        self.delay, self.fail_first = delay, fail_first
+    def __init__(self, delay: float = 0.0, fail_first: int = 0, throttle_first: int = 0, retry_after: float = 1.0,
+                 models: tuple[str, ...] = ("teacher", "student", "scripted", "m")):
+        self.delay, self.fail_first, self.models = delay, fail_first, models
+        self.throttle_first, self.retry_after = throttle_first, retry_after
+        self.arrivals: list[float] = []  # when each chat request arrived (monotonic clock)
         self.received: Counter = Counter()
         self.lock = threading.Lock()
         server = self
@@ -25,15 +29,38 @@ class FakeOpenAI:
             def log_message(self, *args):
                 pass
 
+            def reply(self, status: int, payload: dict, headers: dict | None = None):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                for k, v in {"Content-Type": "application/json", "Content-Length": str(len(data)), **(headers or {})}.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path.rstrip("/").endswith("/models"):
+                    self.reply(200, {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "x"}
+                                                                for m in server.models]})
+                else:
+                    self.reply(404, {"error": {"message": "not found"}})
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
                     server.received[json.dumps(body, sort_keys=True)] += 1
+                    server.arrivals.append(time.monotonic())
                     failing = server.fail_first > 0
                     server.fail_first -= failing
+                    throttled = not failing and server.throttle_first > 0
+                    server.throttle_first -= throttled
                 if failing:
-                    self.send_response(503)
-                    self.end_headers()
+                    self.reply(503, {"error": {"message": "overloaded"}})
+                    return
+                if throttled:
+                    self.reply(429, {"error": {"message": "slow down"}}, {"Retry-After": str(server.retry_after)})
+                    return
+                if body["model"] not in server.models:
+                    self.reply(404, {"error": {"message": f"model {body['model']} does not exist"}})
                     return
                 time.sleep(server.delay)
                 request = ChatRequest(messages=body["messages"], temperature=body.get("temperature", 0.0))
@@ -43,12 +70,7 @@ class FakeOpenAI:
                     "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
                 }
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.reply(200, reply)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"

@@ -70,8 +70,8 @@ def test_against_gold_counts_unlabelled_turns():
     d.turns[3].gold = Gold(label="hallucinated", claims=[GoldClaim(text="The Mona Lisa hangs in the Louvre.", label=Label.VERIFIED)])
     d.turns[5].gold = Gold(label="hallucinated")
     scored = drive(label_dialogue(d, TeacherConfig()), ScriptedBackend())
-    report = against_gold([scored])
-    assert report["turns"] == {"labelled": 2, "unlabelled": 1, "unparsed": 0}
+    report = against_gold([scored], failed=[{"id": "d9", "reason": "backend: down"}])
+    assert report["turns"] == {"labelled": 2, "unlabelled": 1, "failed_dialogues": 1}
     assert report["turn_accuracy"]["accuracy"] == 0.5  # turn 3 hallucinated (right), turn 5 faithful (wrong)
     assert report["claims"]["recall"] == 1.0 and report["claims"]["labels_on_aligned"]["accuracy"] == 1.0
     # read as attribution, turn 5 (no claim) is not attributed: right for a benchmark like BEGIN
@@ -142,7 +142,7 @@ def test_forced_windows_ask_for_exactly_the_per_turn_claims():
     result = drive(forced_windows(long_chat(), 2, claims, 8), echo)
     assert len(echo.requests) == 2 and all(re.fullmatch(r.regex, re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), r.regex)) for r in echo.requests)
     assert [[(c.text, c.label) for c in t.claims] for t in result.turns] == [[(c.text, c.label) for c in t.claims] for t in per_turn.turns]
-    assert [t.store_after for t in result.turns] == [t.store_after for t in per_turn.turns] and not any(t.errors for t in result.turns)
+    assert [t.store_added for t in result.turns] == [t.store_added for t in per_turn.turns] and not any(t.errors for t in result.turns)
     assert [t.usage.completion_tokens for t in result.turns] == [9, 0, 9, 0]
     assert re.fullmatch(literal_regex("a.b (c) | [d]\n"), "a.b (c) | [d]\n") and not re.fullmatch(literal_regex("a.b"), "axb")
 

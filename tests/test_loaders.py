@@ -103,3 +103,117 @@ def test_unknown_source_and_missing_file_are_clear_errors(tmp_path):
         list(load("nope", tmp_path))
     with pytest.raises(RecordError, match="no such file"):
         list(load("begin", tmp_path / "missing.tsv"))
+
+
+def load_skipping(source, path, **options):
+    """(records, (line, field) of each skipped record); without --skip-bad the first bad record
+    must stop the load as that RecordError, never as another exception."""
+    skipped = []
+    records = list(load(source, path, skipped, **options))
+    with pytest.raises(RecordError) as raised:
+        list(load(source, path, **options))
+    assert str(raised.value) == str(skipped[0])
+    return records, [(e.line, e.field) for e in skipped]
+
+
+def test_dialfact_reports_every_malformed_line_and_loads_the_rest(tmp_path):
+    good = json.loads((FIX / "dialfact/testsmall.jsonl").read_text().splitlines()[0])
+    bad = [42, "a string", [1, 2], {k: v for k, v in good.items() if k != "response_label"}, {**good, "context": "hi"},
+           {**good, "context": [1]}, {**good, "evidence_list": [["title", "url"]]}, {**good, "evidence_list": {"a": "b"}},
+           {**good, "response": 5}, {k: v for k, v in good.items() if k != "id"}, {**good, "response_label": ["SUPPORTS"]}]
+    path = tmp_path / "dialfact.jsonl"
+    path.write_bytes(b"\n".join([json.dumps(good).encode(), *(json.dumps(b).encode() for b in bad), b'{"id": "\xff"}']))
+    records, skipped = load_skipping("dialfact", path)
+    assert [d.id for d in records] == [f"dialfact-{good['id']}"]
+    assert skipped == [(2, None), (3, None), (4, None), (5, "response_label"), (6, "context"), (7, "context"),
+                       (8, "evidence_list"), (9, "evidence_list"), (10, "response"), (11, "id"), (12, "response_label"), (13, None)]
+
+
+def test_vista_names_the_list_index_of_every_malformed_conversation(tmp_path):
+    [good] = json.loads((FIX / "vista_sample.json").read_text())
+    turn = {"role": "user", "utterance": "hi"}
+    bad = [5, "text", ["a turn as a string"], [{"role": "user"}], [{**turn, "human_claims": "none"}],
+           [{**turn, "human_claims": [{"claim_text": "x"}]}], [{**turn, "utterance": 3}]]
+    path = tmp_path / "vista.json"
+    path.write_text(json.dumps([good, *bad]))
+    records, skipped = load_skipping("vista", path)
+    assert [d.system for d in records] == ["FaithDial"]
+    assert skipped == [(None, "[1]"), (None, "[2]"), (None, "[3][0]"), (None, "[4][0].utterance"),
+                       (None, "[5][0].human_claims"), (None, "[6][0].human_claims[0]"), (None, "[7][0].text")]
+
+
+def test_topical_chat_names_the_id_of_every_malformed_conversation(tmp_path):
+    conversations = json.loads((FIX / "topical_chat/conversations/valid_freq.json").read_text())
+    [(good_id, good)] = conversations.items()
+    turn = {"agent": "agent_1", "message": "hi"}
+    bad = {"number": 5, "content_text": {"content": "abc"}, "turn_text": {"content": ["hi"]}, "no_message": {"content": [{"agent": "agent_1"}]},
+           "message_number": {"content": [{**turn, "message": 7}]}, "sources_number": {"content": [{**turn, "knowledge_source": 3}]}}
+    reading = json.loads((FIX / "topical_chat/reading_sets/pre-build/valid_freq.json").read_text())
+    for folder, data in [("conversations", {good_id: good, **bad}), ("reading_sets/pre-build", {**reading, **{k: {} for k in bad}})]:
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "valid_freq.json").write_text(json.dumps(data))
+    (tmp_path / "src/wiki").mkdir(parents=True)
+    (tmp_path / "src/wiki/wiki.json").write_text((FIX / "topical_chat/src/wiki/wiki.json").read_text())
+    records, skipped = load_skipping("topical_chat", tmp_path / "conversations/valid_freq.json")
+    assert [d.id for d in records] == [f"topical_chat-valid_freq-{good_id}"]
+    assert skipped == [(None, "number"), (None, "content_text.content"), (None, "turn_text.content[0]"), (None, "no_message.content[0]"),
+                       (None, "message_number.content[0]"), (None, "sources_number.content[0].knowledge_source")]
+
+
+def test_topical_chat_reading_set_of_the_wrong_shape_is_a_record_error(tmp_path):
+    for folder, data in [("conversations", {"c": {"content": [{"agent": "agent_2", "message": "hi", "knowledge_source": ["FS1"]}]}}),
+                         ("reading_sets/pre-build", {"c": {"agent_2": []}}), ("src/wiki", {"shortened_wiki_lead_section": []})]:
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / ("wiki.json" if folder == "src/wiki" else "valid_freq.json")).write_text(json.dumps(data))
+    with pytest.raises(RecordError, match="shortened_wiki_lead_section.*expected an object"):
+        list(load("topical_chat", tmp_path / "conversations/valid_freq.json"))
+    (tmp_path / "src/wiki/wiki.json").write_text("{}")
+    _, skipped = load_skipping("topical_chat", tmp_path / "conversations/valid_freq.json")
+    assert skipped == [(None, "c")]  # the reading set of agent_2 is a list: the guard still names the conversation
+
+
+def test_begin_tsv_bad_byte_costs_its_line_alone(tmp_path):
+    header, *rows = (FIX / "begin/begin_dev_wow.tsv").read_bytes().splitlines()
+    broken = rows[1].replace(b"\tgpt2\t", b"\tgp\xfft2\t") if b"\tgpt2\t" in rows[1] else b"gp\xfft2" + rows[1][4:]
+    missing = b"\t".join(rows[2].split(b"\t")[:-1])  # no begin_label
+    unknown = rows[2].rsplit(b"\t", 1)[0] + b"\tSomewhat"
+    path = tmp_path / "begin_dev_wow.tsv"
+    path.write_bytes(b"\n".join([header, rows[0], broken, missing, unknown]) + b"\n")
+    records, skipped = load_skipping("begin", path)
+    assert [d.system for d in records] == ["t5"]
+    assert skipped == [(3, "model_name"), (4, "begin_label"), (5, "begin_label")]
+
+
+def test_faithdial_bad_byte_inside_a_quoted_multiline_field_names_its_own_line(tmp_path):
+    path = tmp_path / "gold" / "wow.csv"
+    path.parent.mkdir()
+    path.write_bytes(b'evidence,history,response,BEGIN\n'
+                     b'"Ev one.",hi,Resp one.,Entailment\n'
+                     b'"Ev two,\nsecond line \xc3( bad",hi,Resp two.,Entailment\n'
+                     b'"Ev three.",hi,,Entailment\n'
+                     b'"Ev four.",hi,Resp four.,Maybe\n'
+                     b'"Ev five.",hi,Resp five.,Hallucination\n')
+    records, skipped = load_skipping("faithdial", path)
+    assert [d.turns[-1].text for d in records] == ["Resp one.", "Resp five."]
+    assert [d.id for d in records] == ["faithdial-gold-wow-00002", "faithdial-gold-wow-00007"]
+    assert skipped == [(4, "evidence"), (5, "response"), (6, "BEGIN")]
+
+
+def test_q2_and_ais_bad_bytes_and_bad_rows_are_skipped_with_their_lines(tmp_path):
+    header, *rows = (FIX / "q2/cross_annotation.csv").read_bytes().splitlines()
+    path = tmp_path / "cross_annotation.csv"
+    path.write_bytes(b"\n".join([header, rows[0], b"\xff" + rows[0], rows[0].rsplit(b",", 1)[0] + b",2"]) + b"\n")
+    records, skipped = load_skipping("q2", path)
+    assert [d.system for d in records] == ["dodeca", "memnet", "dodeca"]
+    assert skipped == [(3, ""), (4, "memnet_label")]
+
+    header, *rows = (FIX / "ais/ann_wow.csv").read_bytes().splitlines()
+    episodes = [{"dialog": [{"speaker": "1_Apprentice", "text": "hi"}, {"speaker": "0_Wizard", "text": "w"}]}] * 700
+    episodes[43] = {"dialog": ["a turn as a string", "another"]}
+    wow = tmp_path / "wow.json"
+    wow.write_text(json.dumps(episodes))
+    path = tmp_path / "ann_wow.csv"
+    path.write_bytes(b"\n".join([header, rows[0], rows[1], rows[0].replace(b"wow-controlled_t5", b"wow-\xe2\x82")]) + b"\n")
+    records, skipped = load_skipping("ais", path, wow_file=str(wow))
+    assert [d.system for d in records] == ["wow-controlled_t5"]
+    assert skipped == [(3, "ex-idx"), (4, "model-name")]

@@ -9,7 +9,9 @@ from fastvista.single_pass import SYSTEM_PROMPT, parse_output, split_sections
 from synth import prompts
 from synth.pipeline import TeacherConfig, about_speaker, decide, label_dialogue, parse_claims, parse_class, parse_verdict
 from fastvista.scheduler import drive as run_machine
-from fastvista.scheduler import run
+from fastvista.scheduler import ScoringFailed, run
+from fastvista.llm import Completion
+from fastvista.memory import stores_before
 from synth.training_set import training_examples
 from tests.scripted import ScriptedBackend
 
@@ -56,8 +58,9 @@ def test_labels_store_and_call_counts():
     assert result.usage.calls == len(backend.requests) == 14
     assert [c.about_speaker for c in t1.claims] == [None, True, None]
     # the store grows with VERIFIED and OUT_OF_SCOPE claims only
-    assert t1.store_after == ["Paris is in France.", "The Louvre is in Paris.", "I love it."]
-    assert t2.store_after == t1.store_after + ["The Mona Lisa hangs in the Louvre."]
+    assert t1.store_added == ["The Louvre is in Paris.", "I love it."]
+    assert t2.store_added == ["The Mona Lisa hangs in the Louvre."]
+    assert stores_before(["Paris is in France."], [t1, t2])[1] == ["Paris is in France.", "The Louvre is in Paris.", "I love it."]
     assert t1.hallucinated and t2.hallucinated and not t3.hallucinated
     assert result.score == (2 + 2) / 6  # micro-average over the 6 claims
 
@@ -78,7 +81,8 @@ def test_second_turn_sees_the_first_turns_store_and_history():
 def test_ablation_no_accumulate_keeps_the_initial_store():
     backend = ScriptedBackend()
     result = drive(museum_dialogue(), TeacherConfig(accumulate=False), backend)
-    assert all(t.store_after == ["Paris is in France."] for t in result.turns)
+    assert all(t.store_added == [] for t in result.turns)
+    assert all(s == ["Paris is in France."] for s in stores_before(["Paris is in France."], result.turns))
     # without the store, "The Louvre is in Paris." in turn 2 is no longer verified
     assert result.turns[1].claims[1].label is Label.LACKING_EVIDENCE
 
@@ -98,17 +102,41 @@ def test_few_shot_n_takes_n_examples_everywhere():
     assert {len(r.messages) for r in backend.requests} == {1 + 2 * 2 + 1}
 
 
-def test_unreadable_answers_are_retried_then_reported():
+def test_unreadable_answers_are_retried_then_fail_the_dialogue():
     backend = ScriptedBackend()
     d = Dialogue(id="g", turns=[Turn(role="assistant", text="GARBLE is a word.", reference="x")])
-    result = drive(d, TeacherConfig(retries=2), backend)
-    [claim] = result.turns[0].claims
-    assert claim.label is Label.LACKING_EVIDENCE  # unsafe fallback, never a silent pass
-    assert "verify" in claim.error and "classify" in claim.error
-    assert result.turns[0].usage.calls == 1 + 3 + 3
+    with pytest.raises(ScoringFailed, match=r"turn 0: claim 'GARBLE is a word.': no readable label \(verify: .*classify: "):
+        drive(d, TeacherConfig(retries=2), backend)
+    assert len(backend.requests) == 1 + 3 + 3  # decomposition, then each label question asked three times
     retried = [r for r in backend.requests if r.temperature > 0]
     assert {r.seed for r in retried} == {1, 2}
-    assert result.turns[0].errors
+
+
+class CutBackend(ScriptedBackend):
+    """Answers every decomposition as if cut at max_tokens."""
+
+    def generate(self, requests):
+        return [c.model_copy(update={"finish_reason": "length", "text": c.text[:12]}) if r.messages[0]["content"] == prompts.DECOMPOSE_SYSTEM
+                else c for r, c in zip(requests, super().generate(requests))]
+
+
+def test_a_decomposition_cut_at_max_tokens_is_retried_then_fails_never_a_claim():
+    backend = CutBackend()
+    with pytest.raises(ScoringFailed, match="decompose: answer cut at max_tokens=320"):
+        drive(museum_dialogue(), TeacherConfig(retries=1), backend)
+    assert len(backend.requests) == 2  # one retry, no claim labelled
+
+
+def test_a_backend_error_fails_the_dialogue_at_once_without_sampling():
+    class Down(ScriptedBackend):
+        def generate(self, requests):
+            self.requests.extend(requests)
+            return [Completion(text="", error="APIConnectionError: connection refused") for _ in requests]
+
+    backend = Down()
+    with pytest.raises(ScoringFailed, match="turn 1: backend: APIConnectionError"):
+        drive(museum_dialogue(), TeacherConfig(retries=2), backend)
+    assert len(backend.requests) == 1 and backend.requests[0].temperature == 0.0
 
 
 def test_parsers_read_what_small_models_write():
@@ -271,7 +299,7 @@ def test_window_examples_carry_the_teachers_labels_and_store():
     parsed = parse_window_output(first["completion"][0]["content"], 2)
     assert [[(c.text, c.label) for c in t] for t in parsed] == [[(c.text, c.label) for c in t.claims] for t in result.turns[:2]]
     store_block = second["prompt"][1]["content"].split("[HISTORY]")[0]
-    assert all(c in store_block for c in result.turns[1].store_after)
+    assert all(c in store_block for c in stores_before(result.dialogue.knowledge_init, result.turns)[2])
     # a window with a turn the teacher could not label is left out whole
     result.turns[0].errors = ["claim 1: verify: unreadable"]
     assert [e["id"] for e in window_examples(result, 2)] == ["d0#5-5"]

@@ -69,7 +69,7 @@ def test_synth_stops_on_bad_input_or_skips_and_reports_it(tmp_path):
     runner = CliRunner()
     with FakeOpenAI() as server:
         args = ["synth", "-i", str(path), "--source", "jsonl", "-o", str(tmp_path / "run"), "--quiet",
-                "--set", "backend.kind=openai", "--set", "backend.model=t", "--set", f"backend.base_url={server.url}"]
+                "--set", "backend.kind=openai", "--set", "backend.model=teacher", "--set", f"backend.base_url={server.url}"]
         stopped = runner.invoke(app, args)
         assert stopped.exit_code == 2 and "in.jsonl:2" in stopped.output and "'turns'" in stopped.output
         went_on = runner.invoke(app, args + ["--skip-bad"])

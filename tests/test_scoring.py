@@ -28,8 +28,8 @@ def test_attribution_reading_needs_every_claim_verified():
 def test_dialogue_score_is_a_micro_average_over_claims():
     # macro over turns would be (1.0 + 0.25) / 2 = 0.625; micro over claims is 2/5
     assert dialogue_score([[V], [V, C, L, L]]) == 0.4
-    assert dialogue_score([]) == 1.0
-    assert dialogue_score([[], []]) == 1.0
+    assert dialogue_score([]) is None  # no scored turn: nothing was checked, no score
+    assert dialogue_score([[], []]) == 1.0  # turns that state nothing are safe
 
 
 def test_system_scores_pool_claims_of_all_dialogues_of_a_system():

@@ -8,7 +8,7 @@ from fastvista.labels import Label
 from fastvista.schema import Claim
 from fastvista.single_pass import (
     ESCAPE,
-    MAX_CLAIM_CHARS,
+    MAX_CLAIM_CHARS, MAX_CLAIMS,
     OUTPUT_REGEX,
     SECTIONS,
     FormatError,
@@ -44,7 +44,7 @@ def test_target_round_trips_through_the_parser(cs):
 @settings(max_examples=200)
 @given(claims)
 def test_every_target_matches_the_structured_output_regex(cs):
-    cs = [c for c in cs if len(normalise_claim(c.text)) <= MAX_CLAIM_CHARS]
+    cs = [c for c in cs if len(normalise_claim(c.text)) <= MAX_CLAIM_CHARS][:MAX_CLAIMS]
     assert re.fullmatch(OUTPUT_REGEX, render_target(cs))
 
 
@@ -54,8 +54,8 @@ def test_dialogue_text_never_forges_a_section(store, reference, history, turn):
     message = render_user_message(store, reference, history, turn)
     sections = split_sections(message)
     assert list(sections) == list(SECTIONS)
-    if turn.strip().replace("\r", ""):
-        assert unescape(sections["[TURN]"]) == turn.strip().replace("\r\n", "\n").replace("\r", "\n")
+    if turn.strip():  # every Unicode line break becomes "\n"
+        assert unescape(sections["[TURN]"]) == "\n".join(turn.strip().splitlines())
     # one line per history entry and per store claim: nothing can smuggle in extra entries
     assert len(sections["[HISTORY]"].split("\n")) == max(1, len(history))
     assert len(sections["[KNOWLEDGE STORE]"].split("\n")) == max(1, len(store))

@@ -6,7 +6,8 @@ import pytest
 
 from fastvista.labels import Label
 from fastvista.llm import TokenLogprob
-from fastvista.scheduler import drive, run
+from fastvista.memory import stores_before
+from fastvista.scheduler import ScoringFailed, drive, run
 from fastvista.schema import Claim, Dialogue, Turn
 from fastvista.single_pass import OUTPUT_REGEX, split_sections
 from infer.live import DialogueState, LiveScorer
@@ -33,7 +34,7 @@ def test_store_threads_from_the_students_own_claims():
     result = drive(score_dialogue(chat(), StudentConfig(), constrained=True), backend)
     first, second = result.turns
     assert [c.label for c in first.claims] == [Label.VERIFIED, Label.OUT_OF_SCOPE]
-    assert first.store_after == ["The Louvre is in Paris.", "I like it."]
+    assert first.store_added == ["The Louvre is in Paris.", "I like it."] and first.store_evicted == 0
     store = split_sections(backend.requests[1].messages[-1]["content"])["[KNOWLEDGE STORE]"]
     assert store == "1. The Louvre is in Paris.\n2. I like it."
     assert [c.label for c in second.claims] == [Label.VERIFIED, Label.LACKING_EVIDENCE]
@@ -42,17 +43,30 @@ def test_store_threads_from_the_students_own_claims():
     assert [t.usage.calls for t in result.turns] == [1, 1]
 
 
-def test_unparseable_answers_are_retried_then_reported_not_dropped():
+def test_unparseable_answers_are_retried_then_fail_the_dialogue_never_score_it():
     backend = ScriptedStudent()
     flaky = drive(score_dialogue(chat(second="The Louvre is huge FLAKY."), StudentConfig(retries=2), True), backend)
-    assert flaky.turns[1].parse_error is None and flaky.turns[1].usage.calls == 2
+    assert flaky.turns[1].usage.calls == 2
     assert flaky.turns[1].errors == ["student: 1 unparseable answer(s) before one parsed"]
-    broken = drive(score_dialogue(chat(second="BROKEN."), StudentConfig(retries=2), True), ScriptedStudent())
-    turn = broken.turns[1]
-    assert turn.parse_error and turn.score is None and turn.usage.calls == 3
-    assert turn.raw_output.startswith("Sorry")
-    assert broken.score == 1.0  # the dialogue score counts the turns that were scored
-    assert turn.store_after == broken.turns[0].store_after
+    broken = ScriptedStudent()
+    with pytest.raises(ScoringFailed, match=r"turn 3: no answer read .*last answer 'Sorry, here are the claims"):
+        drive(score_dialogue(chat(second="BROKEN."), StudentConfig(retries=2), True), broken)
+    assert len(broken.requests) == 1 + 3
+
+
+def test_an_answer_cut_at_max_tokens_is_never_read_as_claims():
+    class Cut(ScriptedStudent):
+        def generate(self, requests):
+            return [c.model_copy(update={"finish_reason": "length"}) for c in super().generate(requests)]
+
+    with pytest.raises(ScoringFailed, match="answer cut at max_tokens=1536"):
+        drive(score_dialogue(chat(), StudentConfig(retries=1), True), Cut())
+
+
+def test_max_tokens_must_cover_the_forced_formats_longest_answer():
+    with pytest.raises(ValueError, match="raise student.max_tokens"):
+        StudentConfig(max_tokens=512)
+    assert StudentConfig(max_tokens=512, max_claims=4, max_claim_chars=100).max_tokens == 512
 
 
 def test_without_constraints_no_regex_is_sent():
@@ -137,7 +151,16 @@ def test_live_scoring_matches_batch_scoring_and_its_state_is_json():
         results.append(result)
     batch = drive(score_dialogue(d, StudentConfig(), True), ScriptedStudent())
     assert [r.model_dump() for r in results] == [r.model_dump() for r in batch.turns]
-    assert state.history[-1] == ("assistant", d.turns[-1].text) and state.store == batch.turns[-1].store_after
+    stores = stores_before(d.knowledge_init, batch.turns)
+    assert state.history[-1] == ("assistant", d.turns[-1].text) and state.store == stores[-1] + batch.turns[-1].store_added
+
+
+def test_live_scorer_fails_closed_when_the_backend_is_down():
+    from fastvista.llm import BackendConfig, make_backend
+
+    scorer = LiveScorer(make_backend(BackendConfig(kind="openai", model="student", base_url="http://127.0.0.1:9/v1", max_retries=0, timeout=2)))
+    with pytest.raises(ScoringFailed, match="backend: APIConnectionError"):
+        scorer.score(DialogueState().with_user("Where is the Louvre?"), "The Louvre is in Rome.", reference="The Louvre is in Paris.")
 
 
 def test_score_command_writes_results_summary_and_report(tmp_path):
@@ -153,16 +176,17 @@ def test_score_command_writes_results_summary_and_report(tmp_path):
         args = ["score", "-i", str(inputs), "-o", str(tmp_path / "out"), "--set", "backend.kind=openai",
                 "--set", "backend.model=student", "--set", f"backend.base_url={server.url}", "--set", "student.retries=1"]
         done = CliRunner().invoke(app, args)
-        assert done.exit_code == 0, done.output
         bodies = [json.loads(b) for b in server.received]
+    # the dialogue whose answer never read is reported, not scored, and the command says so
+    assert done.exit_code == 3 and "1 dialogue(s) could not be scored" in done.output
+    assert [f["id"] for f in map(json.loads, (tmp_path / "out/failed.jsonl").read_text().splitlines())] == ["s3"]
     assert all("structured_outputs" in b and b["model"] == "student" for b in bodies)
     summary = json.loads((tmp_path / "out/summary.json").read_text())
-    assert summary["dialogues"] == 4 and summary["scored_turns"] == 8 and summary["turns_unparsed"] == 1
-    # system a: dialogue 1 (3 of 4 claims safe) and dialogue 3 (2 of 2; its second turn unparsed)
-    assert summary["system_scores"] == {"b": 3 / 4, "a": (3 + 2) / (4 + 2)}
+    assert summary["dialogues"] == 3 and summary["scored_turns"] == 6 and summary["failed_dialogues"] == 1
+    assert summary["system_scores"] == {"b": 3 / 4, "a": 3 / 4}
     html = (tmp_path / "out/report.html").read_text()
-    assert html.count('class="claim"') == 5 + 3 * 4 + 2  # the legend, then every claim
-    assert "unparsed: " in html and "s3" in done.output
+    assert html.count('class="claim"') == 5 + 3 * 4  # the legend, then every claim
+    assert "s2" in done.output and "s3" not in [json.loads(l)["id"] for l in (tmp_path / "out/results.jsonl").read_text().splitlines()]
 
 
 def test_serve_command_names_adapters_and_keeps_runtime_loading_off(monkeypatch):
@@ -200,7 +224,7 @@ def test_window_pass_scores_several_turns_a_call_and_carries_the_store():
     assert len(backend.requests) == 2 and backend.batches == [1, 1]  # two windows instead of four turns
     assert [[(c.text, c.label) for c in t.claims] for t in windowed.turns] == [[(c.text, c.label) for c in t.claims] for t in per_turn.turns]
     # turn 2's first claim is verified by turn 1's claim, remembered inside the same answer
-    assert windowed.turns[1].claims[0].label is Label.VERIFIED and windowed.turns[1].store_after == per_turn.turns[1].store_after
+    assert windowed.turns[1].claims[0].label is Label.VERIFIED and windowed.turns[1].store_added == per_turn.turns[1].store_added
     first = backend.requests[0]
     assert first.messages[0]["content"] == WINDOW_SYSTEM_PROMPT and first.regex == window_regex(2)
     # the user turn before the window is history; the hostile user turn inside it stays one [USER] block
@@ -211,9 +235,10 @@ def test_window_pass_scores_several_turns_a_call_and_carries_the_store():
     assert [t.usage.calls for t in windowed.turns] == [1, 0, 1, 0] and windowed.usage.calls == 2
 
 
-def test_window_answers_that_break_the_format_are_reported_for_every_turn_of_the_window():
+def test_a_window_answer_that_breaks_the_format_fails_the_dialogue():
     d = long_chat()
     d.turns[3].text = "BROKEN turn."
-    result = drive(score_dialogue(d, StudentConfig(turns_per_call=2, retries=1), constrained=False), ScriptedStudent())
-    assert [t.parse_error is not None for t in result.turns] == [True, True, False, False]
-    assert result.turns[0].raw_output and result.turns[0].usage.calls == 2
+    backend = ScriptedStudent()
+    with pytest.raises(ScoringFailed, match=r"turns \[1, 3\]: no answer read"):
+        drive(score_dialogue(d, StudentConfig(turns_per_call=2, retries=1), constrained=False), backend)
+    assert len(backend.requests) == 2

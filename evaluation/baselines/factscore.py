@@ -60,7 +60,7 @@ def facts_messages(sentence: str) -> list[dict]:
 def support_messages(reference: str | None, fact: str) -> list[dict]:
     reference_block = escape_block(reference.strip()) if reference and reference.strip() else "none"
     return [{"role": "system", "content": SUPPORT_SYSTEM},
-            {"role": "user", "content": f"[REFERENCE]\n{reference_block}\n[FACT]\n{normalise_claim(fact)}"}]
+            {"role": "user", "content": f"[REFERENCE]\n{reference_block}\n[FACT]\n{escape_block(normalise_claim(fact))}"}]
 
 
 def factscore_turn(text: str, reference: str | None, cfg: FactScoreConfig, nlp, completions: list):

@@ -44,11 +44,14 @@ class Completion(BaseModel):
 
 
 class Backend(Protocol):
-    name: str  # identifies the model for the cache: the same name must mean the same weights
+    name: str  # identifies the model for the cache (with the config's content fingerprint)
     supports_constraints: bool  # can force `regex` / `json_schema`
     concurrent: bool  # `generate` may be called from several threads at once (the continuous schedule)
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]: ...
+
+    def check(self, adapters: list[Optional[str]]) -> None:
+        """Raise ConfigError unless every adapter named (None: the base model) can be asked for."""
 
 
 class BackendConfig(BaseModel):
@@ -68,9 +71,11 @@ class BackendConfig(BaseModel):
     # vllm and hf
     dtype: str = "auto"
     max_model_len: Optional[int] = 4096
-    gpu_memory_utilization: float = 0.2
-    # vllm: KV-cache size in bytes, instead of a share of memory (on CPU the share is counted
-    # against the whole process, so a second engine in one process needs this)
+    # vllm on a GPU: the share of accelerator memory the engine may take
+    gpu_memory_utilization: float = 0.9
+    # vllm: the KV cache in bytes. On a CPU it is always set (default 2 GiB) and checked against
+    # free memory before the engine starts: a share of memory there is counted against whatever
+    # else the machine holds, and leaves a fresh machine no cache at all.
     kv_cache_memory_bytes: Optional[int] = None
     tensor_parallel_size: int = 1
     enable_prefix_caching: bool = True
@@ -80,6 +85,31 @@ class BackendConfig(BaseModel):
     batch_size: int = 8  # hf only: sequences per generate call
     lora_adapters: dict[str, str] = Field(default_factory=dict)  # name -> adapter folder
     max_lora_rank: int = 64
+
+
+class ConfigError(RuntimeError):
+    """A backend that cannot serve the run (unknown model or adapter, unreachable server, missing
+    key, not enough memory): found before the first dialogue, never turned into scores."""
+
+
+def fingerprint(config: BackendConfig) -> dict:
+    """What identifies the weights behind a config: model and adapter content hashes (None for
+    a name only a server resolves). Recorded in every result's provenance."""
+    from fastvista.fingerprint import model_sha256
+
+    return {
+        "model": config.model,
+        "model_sha256": model_sha256(config.model) if config.kind != "openai" else None,
+        "adapters": {name: {"path": path, "sha256": model_sha256(path)} for name, path in config.lora_adapters.items()},
+    }
+
+
+def make_checked_backend(config: BackendConfig, adapters: list[Optional[str]]) -> Backend:
+    """A backend that has shown it can serve `adapters` (None: the base model): configuration
+    errors stop the run before its first dialogue."""
+    backend = make_backend(config)
+    backend.check(adapters)
+    return backend
 
 
 def make_backend(config: BackendConfig) -> Backend:
@@ -98,5 +128,5 @@ def make_backend(config: BackendConfig) -> Backend:
     if config.cache:
         from fastvista.llm.cache import CachedBackend
 
-        backend = CachedBackend(backend, config.cache)
+        backend = CachedBackend(backend, config.cache, fingerprint(config))
     return backend

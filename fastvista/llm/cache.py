@@ -1,6 +1,8 @@
 """A content-addressed cache of completions in sqlite, so that no call is paid twice.
 
-The key hashes the model's name and the whole request (messages, sampling, constraint, adapter).
+The key hashes the model's name, the content hashes of the model and of the request's adapter
+(a retrained adapter at the same path asks again), and the whole request (messages, sampling,
+constraint, adapter name).
 Each batch is committed as soon as it returns, so a run killed at any point loses no finished call.
 Failed completions (`error` set) are not cached: they are tried again next time.
 """
@@ -17,8 +19,12 @@ from pathlib import Path
 from fastvista.llm import Backend, ChatRequest, Completion
 
 
-def request_key(model: str, request: ChatRequest) -> str:
-    payload = json.dumps({"model": model, "request": request.model_dump()}, sort_keys=True)
+def request_key(model: str, request: ChatRequest, fingerprint: dict | None = None) -> str:
+    weights = None
+    if fingerprint is not None:
+        adapter = fingerprint["adapters"].get(request.lora) if request.lora else None
+        weights = [fingerprint["model_sha256"], adapter["sha256"] if adapter else None]
+    payload = json.dumps({"model": model, "weights": weights, "request": request.model_dump()}, sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
@@ -59,15 +65,16 @@ class CompletionCache:
 class CachedBackend:
     """Wraps any backend: answers from the cache, sends only the misses, stores the answers."""
 
-    def __init__(self, backend: Backend, path: str | os.PathLike):
+    def __init__(self, backend: Backend, path: str | os.PathLike, fingerprint: dict | None = None):
         self.backend = backend
+        self.fingerprint = fingerprint
         self.cache = CompletionCache(path)
         self.name = backend.name
         self.supports_constraints = backend.supports_constraints
         self.concurrent = backend.concurrent
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
-        keys = [request_key(self.name, r) for r in requests]
+        keys = [request_key(self.name, r, self.fingerprint) for r in requests]
         hits = self.cache.get_many(list(set(keys)))
         misses = list(dict.fromkeys(k for k in keys if k not in hits))
         if misses:
@@ -79,3 +86,6 @@ class CachedBackend:
         return [
             hits[k].model_copy(update={"cached": True}) if k in hits else fresh[k] for k in keys
         ]
+
+    def check(self, adapters: list[str | None]) -> None:
+        self.backend.check(adapters)

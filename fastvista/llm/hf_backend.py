@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fastvista.llm import BackendConfig, ChatRequest, Completion, TokenLogprob
+from fastvista.llm import BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob
 from fastvista.models import resolve_model
 
 
@@ -33,7 +33,14 @@ class HFBackend:
             self.model.load_adapter(adapter, adapter_name=name)
         self.model.eval()
 
+    def check(self, adapters: list[str | None]) -> None:
+        unknown = sorted({a for a in adapters if a is not None and a not in self.config.lora_adapters})
+        if unknown:
+            raise ConfigError(f"unknown LoRA adapter {unknown[0]!r}: configured {sorted(self.config.lora_adapters) or 'none'} "
+                              "(backend.lora_adapters), or set student.adapter=null for the base model")
+
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        self.check([r.lora for r in requests])
         for r in requests:
             if r.regex or r.json_schema:
                 raise ValueError("the hf backend cannot force a regex or JSON schema; use vllm or openai")
@@ -53,8 +60,6 @@ class HFBackend:
         import torch
 
         first = batch[0]
-        if first.lora and first.lora not in self.config.lora_adapters:
-            raise ValueError(f"unknown LoRA adapter {first.lora!r}; configured: {sorted(self.config.lora_adapters)}")
         if self.config.lora_adapters:  # the base model answers requests that name no adapter
             if first.lora:
                 self.model.enable_adapters()

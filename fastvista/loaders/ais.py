@@ -14,7 +14,7 @@ from pathlib import Path
 from fastvista.records_io import RecordError
 from fastvista.schema import Dialogue, Turn
 
-from .common import binary_gold, csv_rows, require
+from .common import binary_gold, csv_records, require
 
 NEEDS_WOW = (
     "AIS rows hold no passage or history: pass Wizard of Wikipedia's test_random_split.json "
@@ -28,14 +28,10 @@ def load(path, wow_file: str | None = None):
         return
     try:
         episodes = json.loads(Path(wow_file).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         yield RecordError(wow_file, None, None, f"cannot read the WoW file: {e}")
         return
-    for line, row in csv_rows(path):
-        try:
-            yield _record(path, line, row, episodes)
-        except RecordError as e:
-            yield e
+    yield from csv_records(path, lambda line, row: [_record(path, line, row, episodes)])
 
 
 def _record(path, line, row, episodes) -> Dialogue:
@@ -46,6 +42,8 @@ def _record(path, line, row, episodes) -> Dialogue:
         target = dialog[turn]
     except (ValueError, IndexError, KeyError, TypeError):
         raise RecordError(path, line, "ex-idx", f"{ex!r} is not an episode:turn of the WoW file") from None
+    if not isinstance(target, dict):
+        raise RecordError(path, line, "ex-idx", f"{ex!r} points at a {type(target).__name__}, not a turn of the WoW file")
     if "wizard" not in target.get("speaker", "").lower():
         raise RecordError(path, line, "ex-idx", f"{ex!r} points at a {target.get('speaker')!r} turn, not the wizard")
     checked = target.get("checked_sentence") or {}

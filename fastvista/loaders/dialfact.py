@@ -8,22 +8,17 @@ from __future__ import annotations
 
 import json
 
-from pydantic import ValidationError
-
-from fastvista.records_io import RecordError, read_lines, validation_error
+from fastvista.records_io import RecordError, read_lines
 from fastvista.schema import Dialogue, Turn
 
-from .common import binary_gold
+from .common import binary_gold, expect, guarded
 
 GOLD = {"SUPPORTS": False, "REFUTES": True, "NOT ENOUGH INFO": True}
 
 
 def load(path):
     for n, text in read_lines(path):
-        try:
-            yield _record(path, n, text)
-        except RecordError as e:
-            yield e
+        yield from guarded(path, n, None, lambda: [_record(path, n, text)])
 
 
 def _record(path, n, text) -> Dialogue:
@@ -33,34 +28,28 @@ def _record(path, n, text) -> Dialogue:
         row = json.loads(text)
     except json.JSONDecodeError as e:
         raise RecordError(path, n, None, f"invalid JSON: {e.msg}") from None
-    for field in ("id", "context", "response", "response_label", "evidence_list"):
-        if field not in row:
-            raise RecordError(path, n, field, "missing")
+    expect(path, n, None, row, dict, "a JSON object")
     label = row["response_label"]
-    if label not in GOLD:
+    if not isinstance(label, str) or label not in GOLD:
         raise RecordError(path, n, "response_label", f"unknown label {label!r}")
     context = row["context"]
-    if not isinstance(context, list):
+    if not isinstance(context, list) or not all(isinstance(u, str) for u in context):
         raise RecordError(path, n, "context", "expected a list of utterances")
     roles = ["user" if (len(context) - i) % 2 else "assistant" for i in range(len(context))]
-    try:
-        evidence = "\n".join(e[2] for e in row["evidence_list"])
-    except (TypeError, IndexError):
-        raise RecordError(path, n, "evidence_list", "expected [title, url, sentence, ...] items") from None
-    try:
-        return Dialogue(
-            id=f"dialfact-{row['id']}",
-            source="dialfact",
-            meta={"type_label": row.get("type_label"), "data_type": row.get("data_type")},
-            turns=[Turn(role=r, text=t, score=False if r == "assistant" else None) for r, t in zip(roles, context)]
-            + [
-                Turn(
-                    role="assistant",
-                    text=row["response"],
-                    reference=evidence or None,
-                    gold=binary_gold(GOLD[label], label),
-                )
-            ],
-        )
-    except ValidationError as e:
-        raise validation_error(path, n, e) from None
+    evidence = row["evidence_list"]
+    if not isinstance(evidence, list) or not all(isinstance(e, list) and len(e) > 2 and isinstance(e[2], str) for e in evidence):
+        raise RecordError(path, n, "evidence_list", "expected [title, url, sentence, ...] items")
+    return Dialogue(
+        id=f"dialfact-{row['id']}",
+        source="dialfact",
+        meta={"type_label": row.get("type_label"), "data_type": row.get("data_type")},
+        turns=[Turn(role=r, text=t, score=False if r == "assistant" else None) for r, t in zip(roles, context)]
+        + [
+            Turn(
+                role="assistant",
+                text=expect(path, n, "response", row["response"], str, "a string"),
+                reference="\n".join(e[2] for e in evidence) or None,
+                gold=binary_gold(GOLD[label], label),
+            )
+        ],
+    )

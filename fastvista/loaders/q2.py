@@ -13,7 +13,7 @@ from pathlib import Path
 from fastvista.records_io import RecordError
 from fastvista.schema import Dialogue, Turn
 
-from .common import binary_gold, csv_rows, require
+from .common import binary_gold, csv_records, require
 
 SYSTEMS = ("dodeca", "memnet")
 FILES = [f"{s}_{c}.csv" for s in SYSTEMS for c in ("consistent", "inconsistent")]
@@ -47,25 +47,25 @@ def _record(path, line, row, system, response_field, hallucinated, original) -> 
     )
 
 
+def _cross_records(path: Path, line: int, row: dict):
+    """Both systems' records of a cross_annotation row."""
+    for system in SYSTEMS:
+        value = require(path, line, row, f"{system}_label")
+        if value not in ("0", "1"):
+            raise RecordError(path, line, f"{system}_label", f"expected 0 or 1, got {value!r}")
+        yield _record(path, line, row, system, f"{system}_response", value == "1", value)
+
+
 def _load_file(path: Path):
     if not path.exists():
         yield RecordError(path, None, None, "no such file")
         return
-    stem = path.stem
-    for line, row in csv_rows(path):
-        try:
-            if stem == "cross_annotation":
-                for system in SYSTEMS:
-                    value = require(path, line, row, f"{system}_label")
-                    if value not in ("0", "1"):
-                        raise RecordError(path, line, f"{system}_label", f"expected 0 or 1, got {value!r}")
-                    yield _record(path, line, row, system, f"{system}_response", value == "1", value)
-            else:
-                system, _, consistency = stem.partition("_")
-                if system not in SYSTEMS or consistency not in ("consistent", "inconsistent"):
-                    raise RecordError(path, None, None, f"file name must be one of {FILES} or cross_annotation.csv")
-                yield _record(path, line, row, system, "response", consistency == "inconsistent", consistency)
-        except RecordError as e:
-            yield e
-            if e.line is None:
-                return
+    if path.stem == "cross_annotation":
+        yield from csv_records(path, lambda line, row: _cross_records(path, line, row))
+        return
+    system, _, consistency = path.stem.partition("_")
+    if system not in SYSTEMS or consistency not in ("consistent", "inconsistent"):
+        yield RecordError(path, None, None, f"file name must be one of {FILES} or cross_annotation.csv")
+        return
+    hallucinated = consistency == "inconsistent"
+    yield from csv_records(path, lambda line, row: [_record(path, line, row, system, "response", hallucinated, consistency)])

@@ -16,14 +16,23 @@ from pathlib import Path
 from fastvista.records_io import RecordError
 from fastvista.schema import Dialogue, Turn
 
+from .common import expect, guarded
+
 WIKI_KEYS = ("shortened_wiki_lead_section", "summarized_wiki_lead_section")
 
 
-def _read_json(path: Path):
+def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise RecordError(path, None, None, f"cannot read: {e}") from None
+    return expect(path, None, None, data, dict, "a JSON object")
+
+
+def _sections(path: Path, wiki: dict) -> dict[tuple[str, str], str]:
+    """wiki.json maps text -> id per key; the reading sets cite ids."""
+    tables = {k: expect(path, None, k, wiki.get(k, {}), dict, "an object of text -> id") for k in WIKI_KEYS}
+    return {(k, str(v)): text for k, table in tables.items() for text, v in table.items()}
 
 
 def load(path, assistant: str = "agent_2", score_unreferenced: bool = False):
@@ -32,17 +41,15 @@ def load(path, assistant: str = "agent_2", score_unreferenced: bool = False):
     try:
         conversations = _read_json(path)
         reading_sets = _read_json(root / "reading_sets" / "pre-build" / path.name)
-        wiki = _read_json(root / "src" / "wiki" / "wiki.json")
+        wiki_path = root / "src" / "wiki" / "wiki.json"
+        sections = _sections(wiki_path, _read_json(wiki_path))
     except RecordError as e:
         yield e
         return
-    # wiki.json maps text -> id per key; the reading sets cite ids.
-    sections = {(k, str(v)): text for k in WIKI_KEYS for text, v in wiki.get(k, {}).items()}
     for conv_id, conv in conversations.items():
-        try:
-            yield _dialogue(path, conv_id, conv, reading_sets, sections, assistant, score_unreferenced)
-        except RecordError as e:
-            yield e
+        yield from guarded(
+            path, None, conv_id, lambda: [_dialogue(path, conv_id, conv, reading_sets, sections, assistant, score_unreferenced)]
+        )
 
 
 def _reference(path, conv_id, agent_set: dict, sources: list[str], sections: dict) -> str | None:
@@ -64,12 +71,14 @@ def _reference(path, conv_id, agent_set: dict, sources: list[str], sections: dic
 def _dialogue(path, conv_id, conv, reading_sets, sections, assistant, score_unreferenced) -> Dialogue:
     if conv_id not in reading_sets:
         raise RecordError(path, None, conv_id, "no reading set for this conversation")
+    expect(path, None, conv_id, conv, dict, "a conversation object")
     turns = []
-    for i, t in enumerate(conv.get("content") or []):
-        try:
-            agent, text, sources = t["agent"], t["message"], list(t.get("knowledge_source") or [])
-        except (KeyError, TypeError):
-            raise RecordError(path, None, f"{conv_id}.content[{i}]", "needs agent and message") from None
+    for i, t in enumerate(expect(path, None, f"{conv_id}.content", conv.get("content") or [], list, "a list of turns")):
+        where = f"{conv_id}.content[{i}]"
+        if not (isinstance(t, dict) and isinstance(t.get("agent"), str) and isinstance(t.get("message"), str)):
+            raise RecordError(path, None, where, "needs agent and message strings")
+        agent, text = t["agent"], t["message"]
+        sources = expect(path, None, f"{where}.knowledge_source", t.get("knowledge_source") or [], list, "a list of sources")
         if agent != assistant:
             turns.append(Turn(role="user", text=text, meta={"knowledge_source": sources}))
             continue

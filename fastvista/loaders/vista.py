@@ -17,6 +17,8 @@ from fastvista.labels import parse_label
 from fastvista.records_io import RecordError, validation_error
 from fastvista.schema import Dialogue, Gold, GoldClaim, Turn
 
+from .common import expect, guarded
+
 
 def load(path):
     try:
@@ -28,13 +30,11 @@ def load(path):
         yield RecordError(path, None, None, "expected a list of conversations")
         return
     for c, conversation in enumerate(conversations):
-        try:
-            yield _dialogue(path, c, conversation)
-        except RecordError as e:
-            yield e
+        yield from guarded(path, None, f"[{c}]", lambda: [_dialogue(path, c, conversation)])
 
 
-def _turn(path, where: str, t: dict) -> Turn:
+def _turn(path, where: str, t) -> Turn:
+    expect(path, None, where, t, dict, "a turn object")
     for field in ("role", "utterance"):
         if field not in t:
             raise RecordError(path, None, f"{where}.{field}", "missing")
@@ -44,11 +44,11 @@ def _turn(path, where: str, t: dict) -> Turn:
     gold = None
     if "human_claims" in t:
         claims = []
-        for k, claim in enumerate(t["human_claims"]):
+        for k, claim in enumerate(expect(path, None, f"{where}.human_claims", t["human_claims"], list, "a list of claims")):
             try:
                 claims.append(GoldClaim(text=claim["claim_text"], label=parse_label(claim["human_judgement"])))
-            except (KeyError, ValueError) as e:
-                raise RecordError(path, None, f"{where}.human_claims[{k}]", str(e)) from None
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise RecordError(path, None, f"{where}.human_claims[{k}]", f"{type(e).__name__}: {e}") from None
         gold = Gold(label=t.get("gold_label"), original=t.get("original_dataset_label"), claims=claims)
     try:
         return Turn(
@@ -62,7 +62,8 @@ def _turn(path, where: str, t: dict) -> Turn:
         raise validation_error(path, None, e, prefix=where) from None
 
 
-def _dialogue(path, c: int, conversation: list) -> Dialogue:
+def _dialogue(path, c: int, conversation) -> Dialogue:
+    expect(path, None, f"[{c}]", conversation, list, "a list of turns")
     turns = [_turn(path, f"[{c}][{i}]", t) for i, t in enumerate(conversation)]
     scored = [t for t in conversation if "human_claims" in t]
     first = scored[0] if scored else {}
