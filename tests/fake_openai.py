@@ -19,6 +19,7 @@ class FakeOpenAI:
     def __init__(self, delay: float = 0.0, fail_first: int = 0, throttle_first: int = 0, retry_after: float = 1.0,
                  models: tuple[str, ...] = ("teacher", "student", "scripted", "m")):
         self.delay, self.fail_first, self.models = delay, fail_first, models
+        self.down_for: str | None = None  # while set, every request whose body holds this text gets a 503
         self.throttle_first, self.retry_after = throttle_first, retry_after
         self.arrivals: list[float] = []  # when each chat request arrived (monotonic clock)
         self.received: Counter = Counter()
@@ -49,8 +50,8 @@ class FakeOpenAI:
                 with server.lock:
                     server.received[json.dumps(body, sort_keys=True)] += 1
                     server.arrivals.append(time.monotonic())
-                    failing = server.fail_first > 0
-                    server.fail_first -= failing
+                    failing = server.fail_first > 0 or (server.down_for is not None and server.down_for in json.dumps(body))
+                    server.fail_first -= server.fail_first > 0
                     throttled = not failing and server.throttle_first > 0
                     server.throttle_first -= throttled
                 if failing:

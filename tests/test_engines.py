@@ -117,3 +117,16 @@ def test_hf_serves_the_adapter_only_to_requests_that_name_it(tiny_model, tmp_pat
     assert [c.text for c in both.generate(with_adapter)] != base_text
     with pytest.raises(ValueError, match="unknown LoRA adapter"):
         both.generate([ask[0].model_copy(update={"lora": "nope"})])
+
+
+def test_a_prompt_over_max_model_len_is_an_error_before_it_is_sent(tiny_model):
+    from fastvista.scheduler import ScoringFailed, drive
+
+    backend = make_backend(BackendConfig(kind="hf", model=str(tiny_model), dtype="float32", max_model_len=256))
+    [short, long] = backend.generate([ChatRequest(messages=[{"role": "user", "content": "The Louvre"}], max_tokens=8),
+                                      ChatRequest(messages=[{"role": "user", "content": "The Louvre " * 400}], max_tokens=8)])
+    assert short.error is None and long.error.startswith("prompt too long: ") and "exceed max_model_len 256" in long.error
+    d = museum_dialogue(0)
+    d.turns[1].text = "The Louvre is big. " * 300  # a huge turn fails its dialogue, never scores 1.0
+    with pytest.raises(ScoringFailed, match="turn 1: backend: prompt too long"):
+        drive(label_dialogue(d, TeacherConfig(**TEACHER)), backend)

@@ -44,10 +44,14 @@ class HFBackend:
         for r in requests:
             if r.regex or r.json_schema:
                 raise ValueError("the hf backend cannot force a regex or JSON schema; use vllm or openai")
+        results: list[Completion | None] = [None] * len(requests)
         groups = defaultdict(list)
         for i, r in enumerate(requests):
-            groups[(r.temperature, r.seed, r.lora)].append(i)
-        results: list[Completion | None] = [None] * len(requests)
+            reason = self._too_long(r)
+            if reason:
+                results[i] = Completion(text="", error=reason)
+            else:
+                groups[(r.temperature, r.seed, r.lora)].append(i)
         size = max(1, self.config.batch_size)
         for indices in groups.values():
             for start in range(0, len(indices), size):
@@ -55,6 +59,16 @@ class HFBackend:
                 for i, c in zip(chunk, self._generate_batch([requests[i] for i in chunk])):
                     results[i] = c
         return results  # type: ignore[return-value]
+
+    def _too_long(self, r: ChatRequest) -> str | None:
+        """The reason a prompt cannot be answered within max_model_len, or None."""
+        if self.config.max_model_len is None:
+            return None
+        text = self.tokenizer.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True)
+        tokens = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if tokens + r.max_tokens > self.config.max_model_len:
+            return f"prompt too long: {tokens} prompt tokens + max_tokens {r.max_tokens} exceed max_model_len {self.config.max_model_len}"
+        return None
 
     def _generate_batch(self, batch: list[ChatRequest]) -> list[Completion]:
         import torch

@@ -29,10 +29,10 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
-def cpu_memory_plan(config: BackendConfig, model_path: str, available: int) -> int:
+def cpu_memory_plan(kv_cache_bytes: int | None, model_path: str, available: int, setting: str = "backend.kv_cache_memory_bytes") -> int:
     """The KV-cache bytes for a CPU engine, or ConfigError naming the setting when the weights,
     the engine's own working memory and the cache would not fit in `available` bytes."""
-    kv = config.kv_cache_memory_bytes or CPU_KV_CACHE_BYTES
+    kv = kv_cache_bytes or CPU_KV_CACHE_BYTES
     folder = Path(model_path)
     weights = sum(p.stat().st_size for p in folder.glob("*.safetensors")) if folder.is_dir() else 0
     need = weights + CPU_ENGINE_OVERHEAD_BYTES + kv
@@ -40,7 +40,7 @@ def cpu_memory_plan(config: BackendConfig, model_path: str, available: int) -> i
         raise ConfigError(
             f"the vLLM CPU engine needs ~{need / GiB:.1f} GiB (weights {weights / GiB:.1f} + engine "
             f"{CPU_ENGINE_OVERHEAD_BYTES / GiB:.0f} + KV cache {kv / GiB:.1f}) but {available / GiB:.1f} GiB is free: "
-            "lower backend.kv_cache_memory_bytes or free memory (is an earlier engine still running? see `ps aux | grep VLLM`)"
+            f"lower {setting} or free memory (is an earlier engine still running? see `ps aux | grep VLLM`)"
         )
     return kv
 
@@ -63,7 +63,7 @@ class VLLMBackend:
         kv_bytes = config.kv_cache_memory_bytes
         if on_cpu():
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-            kv_bytes = cpu_memory_plan(config, path, psutil.virtual_memory().available)
+            kv_bytes = cpu_memory_plan(config.kv_cache_memory_bytes, path, psutil.virtual_memory().available)
         kwargs = dict(
             model=str(path),
             dtype=config.dtype,

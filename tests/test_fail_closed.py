@@ -1,0 +1,245 @@
+"""Faults a user meets, each with the command's outcome: errors are never scores, resume never
+deletes or reuses stale work, every input is accounted for, killed runs leave no process."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from fastvista.cli import app
+from fastvista.llm import BackendConfig, ChatRequest, make_backend
+from fastvista.llm.cache import request_key
+from fastvista.records_io import RecordError, write_jsonl
+from fastvista.scheduler import ScoringFailed, drive, finished, folder_lock
+from fastvista.schema import Dialogue, Turn
+from synth import prompts
+from synth.pipeline import TeacherConfig, label_dialogue
+from tests.fake_openai import FakeOpenAI
+from tests.scripted import ScriptedBackend
+from tests.test_pipeline import museum_dialogue
+
+
+def synth_args(inputs, out, server, *extra):
+    return ["synth", "-i", str(inputs), "-o", str(out), "--quiet", "--set", "backend.kind=openai", "--set", "backend.model=teacher",
+            "--set", f"backend.base_url={server.url}", "--set", "backend.max_retries=1", "--set", "backend.timeout=5", *extra]
+
+
+def lines(path):
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+
+
+def test_an_outage_mid_run_fails_its_dialogues_and_the_rerun_scores_exactly_those(tmp_path):
+    inputs = tmp_path / "in.jsonl"
+    write_jsonl(inputs, [museum_dialogue(i) for i in range(6)])
+    out = tmp_path / "run"
+    with FakeOpenAI() as server:
+        server.down_for = "Mona Lisa"  # the server fails every call about the second turn (503, also when retried)
+        first = CliRunner().invoke(app, synth_args(inputs, out, server, "--set", "max_active=3"))
+        assert first.exit_code == 3 and "6 dialogue(s) could not be scored" in first.output
+        assert all("turn 3: backend: InternalServerError" in f["reason"] for f in lines(out / "failed.jsonl"))
+        assert not (out / "labelled.jsonl").exists() or lines(out / "labelled.jsonl") == []  # never a result
+        server.down_for = "part 3"  # back up, but down for one dialogue
+        second = CliRunner().invoke(app, synth_args(inputs, out, server))
+        assert second.exit_code == 3 and [f["id"] for f in lines(out / "failed.jsonl")] == ["d3"]
+        server.down_for = None
+        third = CliRunner().invoke(app, synth_args(inputs, out, server))
+    assert third.exit_code == 0, third.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["this_run"]["resumed"] == 5 and summary["this_run"]["labelled"] == 1 and summary["failed_dialogues"] == 0
+    assert sorted(r["id"] for r in lines(out / "labelled.jsonl")) == [f"d{i}" for i in range(6)]
+    assert lines(out / "failed.jsonl") == []
+
+
+def test_a_429_is_retried_once_after_retry_after_with_the_same_request():
+    with FakeOpenAI(throttle_first=1, retry_after=1) as server:
+        backend = make_backend(BackendConfig(kind="openai", model="teacher", base_url=server.url, max_retries=2, timeout=5))
+        [c] = backend.generate([ChatRequest(messages=prompts.verify_messages([], "The sky is blue.", "The sky is blue.", 1), max_tokens=4)])
+    assert c.error is None
+    assert list(server.received.values()) == [2]  # the same body twice: greedy stays greedy
+    assert server.arrivals[1] - server.arrivals[0] >= 0.9  # Retry-After honoured
+
+
+def test_a_timeout_fails_the_turn_never_scores_it():
+    with FakeOpenAI(delay=3) as server:
+        backend = make_backend(BackendConfig(kind="openai", model="teacher", base_url=server.url, max_retries=0, timeout=0.5))
+        with pytest.raises(ScoringFailed, match="turn 1: backend: APITimeoutError"):
+            drive(label_dialogue(museum_dialogue(), TeacherConfig()), backend)
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("student.adapter=nope", "does not serve 'nope'"),
+    ("student.adapter=null backend.model=misspelt", "does not serve 'misspelt'"),
+    ("backend.base_url=http://127.0.0.1:9/v1", "cannot reach http://127.0.0.1:9/v1"),
+])
+def test_configuration_errors_stop_the_run_before_the_first_dialogue(tmp_path, setting, message):
+    inputs = tmp_path / "in.jsonl"
+    write_jsonl(inputs, [museum_dialogue(0)])
+    with FakeOpenAI() as server:
+        args = ["score", "-i", str(inputs), "-o", str(tmp_path / "out"), "--quiet", "--set", "backend.kind=openai",
+                "--set", "backend.model=student", "--set", f"backend.base_url={server.url}", "--set", "backend.max_retries=0",
+                *[a for item in setting.split() for a in ("--set", item)]]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and message in result.output
+        assert sum(server.received.values()) == 0
+    assert not (tmp_path / "out/results.jsonl").exists()
+
+
+def test_a_hosted_api_without_a_key_is_a_configuration_error(monkeypatch):
+    from fastvista.llm import ConfigError
+
+    monkeypatch.delenv("NO_SUCH_KEY", raising=False)
+    with pytest.raises(ConfigError, match=r"set \$NO_SUCH_KEY"):
+        make_backend(BackendConfig(kind="openai", model="gpt", base_url="https://api.example.com/v1", api_key_env="NO_SUCH_KEY"))
+
+
+def test_resume_cuts_only_a_torn_last_line_and_names_any_other_bad_line(tmp_path):
+    scored = [drive(label_dialogue(museum_dialogue(i), TeacherConfig()), ScriptedBackend()) for i in range(3)]
+    good = [s.model_dump_json(exclude_none=True) + "\n" for s in scored]
+    path = tmp_path / "labelled.jsonl"
+    path.write_text(good[0] + good[1] + good[2][:40])  # killed mid-write
+    assert set(finished(path)) == {"d0", "d1"} and path.read_text() == good[0] + good[1]
+    bad_middle = good[0] + '{"id": "d1", "extra": 1}\n' + good[2]
+    path.write_text(bad_middle)
+    with pytest.raises(RecordError, match=r"labelled.jsonl:2: not a scored dialogue"):
+        finished(path)
+    assert path.read_text() == bad_middle  # nothing deleted
+
+
+def test_resume_refuses_a_changed_input_and_changed_settings(tmp_path):
+    inputs = tmp_path / "in.jsonl"
+    write_jsonl(inputs, [museum_dialogue(i) for i in range(2)])
+    out = tmp_path / "run"
+    with FakeOpenAI() as server:
+        assert CliRunner().invoke(app, synth_args(inputs, out, server)).exit_code == 0
+        changed = museum_dialogue(1)
+        changed.turns[1].text = "The Louvre is in Rome."
+        write_jsonl(inputs, [museum_dialogue(0), changed])
+        stale = CliRunner().invoke(app, synth_args(inputs, out, server))
+        assert stale.exit_code == 2 and "dialogue 'd1' was scored from another version of it" in stale.output
+        write_jsonl(inputs, [museum_dialogue(0), museum_dialogue(1)])
+        other = CliRunner().invoke(app, synth_args(inputs, out, server, "--set", "teacher.votes=2"))
+        assert other.exit_code == 2 and "other settings (differing: teacher)" in other.output
+        cut = CliRunner().invoke(app, synth_args(inputs, out, server, "--set", "data.max_scored_turns=1"))
+        assert cut.exit_code == 2 and "another version of it" in cut.output
+
+
+def test_the_cache_key_and_provenance_follow_the_adapters_content(tmp_path):
+    from fastvista.llm import fingerprint
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights v1")
+    config = BackendConfig(kind="hf", model=str(tmp_path), lora_adapters={"student": str(adapter)})
+    request = ChatRequest(messages=[{"role": "user", "content": "x"}], lora="student")
+    before = fingerprint(config)
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights v2")  # retrained at the same path
+    after = fingerprint(config)
+    assert before["adapters"]["student"]["sha256"] != after["adapters"]["student"]["sha256"]
+    assert request_key("hf:m", request, before) != request_key("hf:m", request, after)
+
+
+def test_an_output_folder_takes_one_run_at_a_time(tmp_path):
+    inputs = tmp_path / "in.jsonl"
+    write_jsonl(inputs, [museum_dialogue(0)])
+    with folder_lock(tmp_path / "run"), FakeOpenAI() as server:
+        result = CliRunner().invoke(app, synth_args(inputs, tmp_path / "run", server))
+    assert result.exit_code == 2 and "another run is writing to" in result.output
+
+
+def test_every_input_is_accounted_for(tmp_path):
+    inputs = tmp_path / "in.jsonl"
+    short = Dialogue(id="short", turns=[Turn(role="assistant", text="Paris is in France.", reference="x")])
+    write_jsonl(inputs, [museum_dialogue(0), short])
+    with FakeOpenAI() as server:
+        result = CliRunner().invoke(app, synth_args(inputs, tmp_path / "run", server, "--set", "data.min_scored_turns=2"))
+    assert result.exit_code == 0, result.output
+    assert lines(tmp_path / "run/skipped.jsonl") == [{"id": "short", "reason": "1 scored turns, fewer than min_scored_turns=2"}]
+
+
+def test_a_dialogue_without_scored_turns_has_no_score():
+    context_only = Dialogue(id="c", turns=[Turn(role="user", text="Hi"), Turn(role="assistant", text="Hello.", score=False)])
+    assert drive(label_dialogue(context_only, TeacherConfig()), ScriptedBackend()).score is None
+
+
+def test_a_thousand_turn_dialogue_keeps_a_bounded_store_and_prompt():
+    turns = []
+    for k in range(500):
+        turns += [Turn(role="user", text=f"Tell me fact {k}?"), Turn(role="assistant", text=f"Fact {k} holds.", reference=f"Fact {k} holds.")]
+    backend = ScriptedBackend()
+    scored = drive(label_dialogue(Dialogue(id="long", turns=turns), TeacherConfig(few_shot=0, max_store_claims=64)), backend)
+    assert len(scored.turns) == 500 and all(t.claims[0].label.value == "VERIFIED" for t in scored.turns)
+    from fastvista.memory import stores_before
+
+    assert max(len(s) for s in stores_before([], scored.turns)) == 64 and scored.turns[-1].store_evicted == 1
+    longest = max(len(r.messages[-1]["content"]) for r in backend.requests)
+    assert longest < 4000  # the last prompt is as long as the 65th: store and history are bounded
+    assert len(scored.model_dump_json()) < 2_000_000  # no store copy per turn
+
+
+def test_an_oversized_knowledge_init_is_an_error_not_a_cut():
+    d = museum_dialogue(0)
+    d.knowledge_init = [f"fact {k}" for k in range(100)]
+    with pytest.raises(ScoringFailed, match="knowledge_init holds 100 entries"):
+        drive(label_dialogue(d, TeacherConfig()), ScriptedBackend())
+
+
+def test_a_killed_command_leaves_no_child_process(tmp_path):
+    """SIGKILL gives the command no chance to clean up; its watchdog stops the children."""
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent("""
+        import subprocess, sys, time
+        from fastvista.reaper import watch_children
+        watch_children()
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        print(child.pid, flush=True)
+        time.sleep(300)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    child = int(parent.stdout.readline())
+    time.sleep(1.5)  # the watchdog has seen the child
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 15
+    while time.time() < deadline and _alive(child):
+        time.sleep(0.2)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_serve_warns_about_an_open_host_without_a_key_and_refuses_a_busy_port():
+    from infer.serve import exposed_without_key, running
+
+    assert exposed_without_key("0.0.0.0", None) and not exposed_without_key("0.0.0.0", "k") and not exposed_without_key("127.0.0.1", None)
+    with FakeOpenAI() as server, pytest.raises(RuntimeError, match="already answers"):
+        with running([sys.executable, "-c", "pass"], server.url.removesuffix("/v1"), log=None):
+            pass
+
+
+def test_the_injection_probe_counts_decisions_an_instruction_changed():
+    from evaluation.injection import INSTRUCTIONS, injection_report, probe_dialogues
+
+    probes = probe_dialogues([museum_dialogue(i) for i in range(4)])
+    assert len(probes) == 4 * (1 + len(INSTRUCTIONS))
+    assert all(len(p.scored_indices()) == 1 for p in probes)
+    scored = [drive(label_dialogue(p, TeacherConfig()), ScriptedBackend()) for p in probes]
+    # a scorer that obeys the turn's "answer NONE": the instructed turns come back claimless and safe
+    for s in scored:
+        if s.id.endswith("#turn-none"):
+            s.turns[0] = s.turns[0].model_copy(update={"claims": [], "no_claims": True, "hallucinated": False})
+    report = injection_report(scored)
+    assert report["turn-none"]["turned_not_hallucinated"] == 1.0 and report["turn-none"]["no_claims"] == 1.0
+    assert report["reference-verified"]["dialogues"] == 4 and report["reference-verified"]["clean_claims_relabelled"] == 0.0
