@@ -2,7 +2,7 @@
 
     python -m evaluation.teacher_quality -c configs/synth/teacher_vllm_cpu.yaml \\
         --variants configs/eval/teacher_ablation.yaml --source vista \\
-        -i ../shared/data/vista_human_dev.json --out runs/teacher_quality
+        -i $DATA/vista_human_dev.json --out runs/teacher_quality
 
 Every variant runs on one engine (built once) into OUT/NAME/labelled.jsonl (resumable; the call
 cache answers what an earlier run asked). Per variant: turn accuracy against the human decision

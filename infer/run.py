@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.config import DataSelection, selected
+from fastvista.contract import StudentFormat, check_format, read_format
+from fastvista.models import resolve_model
 from fastvista.llm import BackendConfig, fingerprint, make_checked_backend
 from fastvista.scheduler import Schedule, run_to_folder
 from fastvista.schema import ScoredDialogue
@@ -25,11 +27,25 @@ class ScoreConfig(BaseModel):
     schedule: Schedule = "waves"  # continuous: each dialogue's next turn leaves as its last returns (openai backend)
 
 
+def check_student_format(config: ScoreConfig) -> None:
+    """Refuse a student trained with another format than these settings (its `format.json`, beside
+    the adapter or the merged model; a served model's files are out of reach)."""
+    cfg = config.student
+    used = StudentFormat(history_turns=cfg.history_turns, turns_per_call=cfg.turns_per_call, max_store_claims=cfg.max_store_claims)
+    if config.backend.kind == "openai":
+        return
+    folder = config.backend.lora_adapters.get(cfg.adapter) if cfg.adapter else resolve_model(config.backend.model)
+    trained = read_format(folder) if folder and Path(folder).is_dir() else None
+    if trained is not None:
+        check_format(trained, used, folder)
+
+
 def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = True) -> tuple[dict, list[ScoredDialogue]]:
     data = DataSelection.model_validate(tree.pop("data", None) or {})
     config = ScoreConfig.model_validate(tree)
     out_dir.mkdir(parents=True, exist_ok=True)
     dialogues, skipped = selected(data, skip_bad)
+    check_student_format(config)
     backend = make_checked_backend(config.backend, [config.student.adapter])
     constrained = backend.supports_constraints and config.student.constrain
     provenance = {"model": config.backend.model, "weights": fingerprint(config.backend), "backend": config.backend.kind,

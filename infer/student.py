@@ -47,7 +47,7 @@ class StudentConfig(BaseModel):
     retries: int = 2  # further attempts (sampled) when an answer does not parse
     retry_temperature: float = 0.7
     logprobs: int = 1  # > 0: a confidence per claim from its label tokens' log-probabilities
-    # 1: the per-turn single pass (DESIGN.md); N > 1: one call scores up to N scored turns (the
+    # 1: the per-turn single pass (docs/design.md); N > 1: one call scores up to N scored turns (the
     # model must have been trained on that format: the teacher's train_window.jsonl)
     turns_per_call: int = 1
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.config import DataSelection, selected
+from fastvista.contract import StudentFormat
 from fastvista.llm import BackendConfig, fingerprint, make_checked_backend
 from fastvista.records_io import write_jsonl
 from fastvista.scheduler import Schedule, run_to_folder
@@ -50,11 +51,12 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
         out_dir / "labelled.jsonl", skipped, provenance, config.max_active, progress, "teacher",
         config.schedule,
     )
-    examples = [e for s in scored for e in training_examples(s, config.student_history_turns)]
+    per_turn = StudentFormat(history_turns=config.student_history_turns, max_store_claims=config.teacher.max_store_claims)
+    examples = [e for s in scored for e in training_examples(s, per_turn)]
     write_jsonl(out_dir / "train.jsonl", examples)
     if config.student_window_turns > 1:
-        write_jsonl(out_dir / "train_window.jsonl",
-                    [e for s in scored for e in window_examples(s, config.student_window_turns, config.student_history_turns)])
+        window = per_turn.model_copy(update={"turns_per_call": config.student_window_turns})
+        write_jsonl(out_dir / "train_window.jsonl", [e for s in scored for e in window_examples(s, window)])
     summary = {**summarise(scored), "training_examples": len(examples), **run_report}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

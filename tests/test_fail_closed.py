@@ -243,3 +243,33 @@ def test_the_injection_probe_counts_decisions_an_instruction_changed():
     report = injection_report(scored)
     assert report["turn-none"]["turned_not_hallucinated"] == 1.0 and report["turn-none"]["no_claims"] == 1.0
     assert report["reference-verified"]["dialogues"] == 4 and report["reference-verified"]["clean_claims_relabelled"] == 0.0
+
+
+def test_score_refuses_a_student_trained_with_another_format(tmp_path):
+    from fastvista.contract import FormatMismatch, StudentFormat, write_format
+    from infer.run import ScoreConfig, check_student_format
+
+    merged = tmp_path / "merged"
+    write_format(merged, StudentFormat(history_turns=4, max_store_claims=64))
+    config = ScoreConfig(backend=BackendConfig(kind="vllm", model=str(merged)), student={"adapter": None})
+    with pytest.raises(FormatMismatch, match="history_turns: trained 4, scoring 8"):
+        check_student_format(config)
+    check_student_format(config.model_copy(update={"student": config.student.model_copy(update={"history_turns": 4})}))
+    adapter = tmp_path / "adapter"
+    write_format(adapter, StudentFormat(history_turns=8, turns_per_call=4, max_store_claims=64))
+    windowed = ScoreConfig(backend=BackendConfig(kind="vllm", model="base", lora_adapters={"student": str(adapter)}))
+    with pytest.raises(FormatMismatch, match="turns_per_call: trained 4, scoring 1"):
+        check_student_format(windowed)
+
+
+def test_the_training_set_records_its_format_and_training_refuses_mixed_formats(tmp_path):
+    from fastvista.contract import FormatMismatch, StudentFormat, format_of_examples
+    from synth.training_set import training_examples
+
+    fmt = StudentFormat(history_turns=2, max_store_claims=64)
+    examples = training_examples(drive(label_dialogue(museum_dialogue(0), TeacherConfig()), ScriptedBackend()), fmt)
+    assert format_of_examples(examples, "x") == fmt
+    assert examples[1]["prompt"][1]["content"].split("[HISTORY]\n")[1].split("\n[TURN]")[0].count("\n") == 1  # two turns of history
+    other = [{**examples[0], "format": {**fmt.model_dump(), "history_turns": 8}}]
+    with pytest.raises(FormatMismatch, match="2 different formats"):
+        format_of_examples(examples + other, "train.jsonl")

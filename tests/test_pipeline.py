@@ -12,8 +12,11 @@ from fastvista.scheduler import drive as run_machine
 from fastvista.scheduler import ScoringFailed, run
 from fastvista.llm import Completion
 from fastvista.memory import stores_before
+from fastvista.contract import StudentFormat
 from synth.training_set import training_examples
 from tests.scripted import ScriptedBackend
+
+FORMAT = StudentFormat(history_turns=8, max_store_claims=64)
 
 REF1 = "The Louvre is in Paris. The Louvre opened in 1793."
 REF2 = "The Mona Lisa hangs in the Louvre."
@@ -163,7 +166,7 @@ def test_scheduler_batches_across_dialogues_and_writes_each_once(tmp_path: Path)
 
 def test_training_examples_use_the_single_pass_format_and_teacher_store():
     result = drive(museum_dialogue(), TeacherConfig(), ScriptedBackend())
-    examples = training_examples(result)
+    examples = training_examples(result, FORMAT)
     assert [e["turn_index"] for e in examples] == [1, 3, 5]
     second = examples[1]
     assert second["prompt"][0] == {"role": "system", "content": SYSTEM_PROMPT}
@@ -294,7 +297,7 @@ def test_window_examples_carry_the_teachers_labels_and_store():
     from synth.training_set import window_examples
 
     result = drive(museum_dialogue(), TeacherConfig(), ScriptedBackend())
-    first, second = window_examples(result, 2)
+    first, second = window_examples(result, FORMAT.model_copy(update={'turns_per_call': 2}))
     assert first["prompt"][0]["content"] == WINDOW_SYSTEM_PROMPT and first["id"] == "d0#1-3"
     parsed = parse_window_output(first["completion"][0]["content"], 2)
     assert [[(c.text, c.label) for c in t] for t in parsed] == [[(c.text, c.label) for c in t.claims] for t in result.turns[:2]]
@@ -302,4 +305,4 @@ def test_window_examples_carry_the_teachers_labels_and_store():
     assert all(c in store_block for c in stores_before(result.dialogue.knowledge_init, result.turns)[2])
     # a window with a turn the teacher could not label is left out whole
     result.turns[0].errors = ["claim 1: verify: unreadable"]
-    assert [e["id"] for e in window_examples(result, 2)] == ["d0#5-5"]
+    assert [e["id"] for e in window_examples(result, FORMAT.model_copy(update={'turns_per_call': 2}))] == ["d0#5-5"]

@@ -10,9 +10,12 @@ import pytest
 
 from fastvista.records_io import write_jsonl
 from synth.pipeline import TeacherConfig
+from fastvista.contract import StudentFormat
 from synth.training_set import training_examples
 from tests.scripted import ScriptedBackend
 from tests.test_pipeline import drive, museum_dialogue
+
+FORMAT = StudentFormat(history_turns=8, max_store_claims=64)
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -20,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def train_file(tmp_path_factory):
-    examples = [e for i in range(8) for e in training_examples(drive(museum_dialogue(i), TeacherConfig(), ScriptedBackend()))]
+    examples = [e for i in range(8) for e in training_examples(drive(museum_dialogue(i), TeacherConfig(), ScriptedBackend()), FORMAT)]
     path = tmp_path_factory.mktemp("data") / "train.jsonl"
     write_jsonl(path, examples)
     return path

@@ -16,6 +16,7 @@ def merge(adapter: Path, out: Path, dtype: str = "auto") -> Path:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from fastvista.contract import read_format, write_format
     from fastvista.models import resolve_model
 
     base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
@@ -23,6 +24,9 @@ def merge(adapter: Path, out: Path, dtype: str = "auto") -> Path:
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     merged.save_pretrained(str(out))
     AutoTokenizer.from_pretrained(str(adapter)).save_pretrained(str(out))
+    fmt = read_format(adapter)
+    if fmt is not None:  # the merged student keeps the format it was trained with
+        write_format(out, fmt)
     return out
 
 

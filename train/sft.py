@@ -7,7 +7,8 @@ any key overridable on the command line) and a thin main. The data are the teach
 `train.jsonl` (conversational prompt/completion, so the loss falls on the completion only), split
 by dialogue; examples longer than `max_length` are counted and dropped or refused, never cut.
 Writes the adapter and tokenizer (PEFT layout, loadable by `PeftModel.from_pretrained` and by
-vLLM's `LoRARequest`), `training_record.json`, `loss.png`, and optionally a merged model.
+vLLM's `LoRARequest`), the student format the examples were rendered with (`format.json`, which
+`fastvista score` checks), `training_record.json`, `loss.png`, and optionally a merged model.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ def peak_memory_mb() -> float:
 
 
 def prepare(student_args: StudentArguments, tokenizer, max_length: int):
+    from fastvista.contract import format_of_examples
     from train.data import enforce_max_length, read_examples, split_by_dialogue, token_length
 
     examples = read_examples(student_args.train_file)
+    fmt = format_of_examples(examples, student_args.train_file)
     train, held_out = split_by_dialogue(examples, student_args.eval_fraction, student_args.split_seed)
     reports = {}
     for name in ("train", "eval"):
@@ -56,7 +59,7 @@ def prepare(student_args: StudentArguments, tokenizer, max_length: int):
             train = kept
         else:
             held_out = kept
-    return train, held_out, reports
+    return train, held_out, reports, fmt
 
 
 def main(student_args: StudentArguments, training_args, model_args) -> dict:
@@ -65,6 +68,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     from transformers.trainer_utils import get_last_checkpoint
     from trl import SFTTrainer, get_peft_config
 
+    from fastvista.contract import write_format
     from fastvista.models import resolve_model
     from train.data import file_hash
     from train.report import parse_rate, plot_losses
@@ -74,7 +78,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(base)
     if training_args.max_length is None:
         raise ValueError("set max_length: examples longer than it are counted and dropped, never truncated")
-    train, held_out, length_reports = prepare(student_args, tokenizer, training_args.max_length)
+    train, held_out, length_reports, fmt = prepare(student_args, tokenizer, training_args.max_length)
     columns = ("prompt", "completion")
     train_ds = Dataset.from_list([{k: e[k] for k in columns} for e in train])
     eval_ds = Dataset.from_list([{k: e[k] for k in columns} for e in held_out]) if held_out else None
@@ -99,10 +103,12 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     record = {}
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(str(out))
+        write_format(out, fmt)
         history = trainer.state.log_history
         tokens = max((h.get("num_tokens", 0) for h in history), default=0)
         record = {
             "base_model": model_args.model_name_or_path,
+            "format": fmt.model_dump(),
             "train_file": student_args.train_file,
             "data_sha256": file_hash(student_args.train_file),
             "examples": {"train": len(train), "eval": len(held_out), "dialogues_eval": len({e["dialogue_id"] for e in held_out})},
@@ -123,6 +129,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
             merged = trainer.model.merge_and_unload()
             merged.save_pretrained(str(out / "merged"))
             tokenizer.save_pretrained(str(out / "merged"))
+            write_format(out / "merged", fmt)
         if student_args.parse_check and held_out:
             record["parse_check"] = parse_rate(base, str(out), held_out[: student_args.parse_check], model_args.dtype)
         record["wall_time_s"] = round(time.perf_counter() - started, 1)

@@ -1,4 +1,4 @@
-"""Loaders: each maps one benchmark's own files into dialogue records (DESIGN.md).
+"""Loaders: each maps one benchmark's own files into dialogue records (docs/design.md).
 
 A loader is a generator of `Dialogue | RecordError`; `load` raises the first error, or with a
 `skipped` list collects every one with its reason and goes on, so no input is lost silently.

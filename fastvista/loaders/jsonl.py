@@ -1,4 +1,4 @@
-"""Plain JSONL in the dialogue record format of DESIGN.md."""
+"""Plain JSONL in the dialogue record format of docs/design.md."""
 
 from __future__ import annotations
 

@@ -1,0 +1,62 @@
+"""The student format as a recorded contract between the training set, the trained student and
+the scorer: a student trained with one history window, window size or store bound and scored
+with another reads prompts it never saw, and nothing in its answers would say so.
+
+The teacher writes the format into every training example (`format`) and beside its training
+set; `train/sft.py` copies it beside the adapter (and the merged model) as `format.json`;
+`fastvista score` refuses a student whose recorded format differs from its settings.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+FORMAT_VERSION = 1  # the renderer's layout (store, reference, history, turn) and the target's
+FILE = "format.json"
+
+
+class StudentFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: int = FORMAT_VERSION
+    layout: Literal["store-first"] = "store-first"
+    history_turns: int
+    turns_per_call: int = 1
+    max_store_claims: int
+
+
+class FormatMismatch(ValueError):
+    """A student scored with another format than the one it was trained on."""
+
+
+def write_format(folder: str | Path, fmt: StudentFormat) -> None:
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / FILE).write_text(json.dumps(fmt.model_dump(), indent=2) + "\n")
+
+
+def read_format(folder: str | Path) -> StudentFormat | None:
+    path = Path(folder) / FILE
+    return StudentFormat.model_validate_json(path.read_text()) if path.exists() else None
+
+
+def format_of_examples(examples: list[dict], where: str) -> StudentFormat:
+    """The one format every training example was rendered with."""
+    found = {json.dumps(e.get("format"), sort_keys=True) for e in examples}
+    if found == {"null"}:
+        raise FormatMismatch(f"{where}: the examples do not record their format (field 'format'); "
+                             "write the training set again with `fastvista synth`")
+    if len(found) > 1:
+        raise FormatMismatch(f"{where}: the examples were rendered with {len(found)} different formats: {sorted(found)}")
+    return StudentFormat.model_validate(json.loads(found.pop()))
+
+
+def check_format(trained: StudentFormat, used: StudentFormat, where: str) -> None:
+    if trained != used:
+        a, b = trained.model_dump(), used.model_dump()
+        differing = ", ".join(f"{k}: trained {a[k]!r}, scoring {b[k]!r}" for k in a if a[k] != b[k])
+        raise FormatMismatch(f"the student in {where} was trained with another format ({differing}); "
+                             "score with the settings it was trained with (student.*), or train it again")
