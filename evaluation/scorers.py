@@ -19,7 +19,8 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.llm import Backend, BackendConfig
-from fastvista.scheduler import Schedule, gather, usage_of
+from fastvista.protocol import gather, usage_of
+from fastvista.scheduler import Schedule
 from fastvista.schema import Dialogue
 from fastvista.scoring import scored_dialogue
 from fastvista.single_pass import recent

@@ -40,7 +40,8 @@ from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, turn_result
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.records_io import read_scored
-from fastvista.scheduler import SCHEDULES, run, usage_of
+from fastvista.protocol import usage_of
+from fastvista.scheduler import SCHEDULES, run
 from fastvista.schema import Usage
 from fastvista.models import resolve_model
 from fastvista.scoring import scored_dialogue

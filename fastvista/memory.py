@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fastvista.labels import REMEMBERED_LABELS
-from fastvista.scheduler import ScoringFailed
+from fastvista.protocol import ScoringFailed
 from fastvista.schema import Claim, TurnResult, Usage
 from fastvista.scoring import is_hallucinated, turn_score
 

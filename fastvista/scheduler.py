@@ -1,13 +1,15 @@
-"""Drives many dialogues' state machines (the teacher's or the student's) at once: each round,
-the pending requests of every active dialogue go to the engine as one batch (or, on the
-continuous schedule, each dialogue's calls go out on their own as soon as its last ones return),
-so the engine stays full although each dialogue is sequential. Finished dialogues are appended
-(and fsynced) to the output at once; a killed run resumes by skipping the dialogues already
-written and answering the rest from the call cache.
+"""The run loop: drives many dialogues' state machines (fastvista.protocol) to completion on one
+backend and writes each result the moment its dialogue finishes.
 
-Fail closed: a call the backend could not answer, or an answer that never reads, raises
-`ScoringFailed` inside the dialogue's state machine; the dialogue is reported in failed.jsonl with
-its reason, never written as a result, and tried again by the next run.
+- **Waves** (`waves`): each round, the pending requests of every open dialogue go to the engine
+  as one batch, so the engine stays full although each dialogue is sequential.
+- **Continuous** (`continuous`): each dialogue's calls go out on their own, its next ones as soon
+  as its last return (for servers and hosted APIs, which batch whatever is in flight).
+- **Resume**: finished dialogues are appended and fsynced at once; a killed run resumes by
+  skipping the dialogues already written (if their input and settings are unchanged) and
+  answering the rest from the call cache.
+- **Fail closed**: a dialogue whose machine raises `ScoringFailed` is reported in failed.jsonl
+  with its reason, never written as a result, and tried again by the next run.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import fcntl
 import json
 import os
 import time
-from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
@@ -27,108 +29,9 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from fastvista.llm import Backend, ChatRequest, Completion
+from fastvista.protocol import Machine, ScoringFailed
 from fastvista.records_io import RecordError, read_scored, to_json_line, write_jsonl
-from fastvista.schema import Dialogue, ScoredDialogue, Usage
-from fastvista.single_pass import FormatError
-
-Answer = tuple[object, "str | None", Completion]  # parsed value (None if never), last error, completion
-
-
-class ScoringFailed(RuntimeError):
-    """A call that failed or an answer that never read: an error, never a score."""
-
-
-def check_completion(c: Completion, request: ChatRequest) -> None:
-    """A backend error fails the dialogue at once (the backend has done its retrying); an answer cut
-    at `max_tokens` is a format error, never a shorter answer."""
-    if c.error:
-        raise ScoringFailed(f"backend: {c.error}")
-    if c.finish_reason == "length":
-        raise FormatError(f"answer cut at max_tokens={request.max_tokens}")
-
-
-def ask(
-    requests: list[ChatRequest],
-    parse: Callable[[str], object] | list[Callable[[str], object]],
-    retries: int,
-    retry_temperature: float,
-    completions: list[Completion],
-) -> Generator[list[ChatRequest], list[Completion], list[Answer]]:
-    """Send requests (from inside a state machine); retry answers that `parse` rejects with a
-    FormatError, or that were cut at `max_tokens` (one parser for all, or one per request),
-    sampling with a new seed each attempt. A backend error raises ScoringFailed (no retry here:
-    the backend retried transport errors with the same settings). Every completion received is
-    appended to `completions` (for the usage count); returns, per request, the parsed value or
-    None, the last error, and the completion that parsed (or the last one)."""
-    parsers = parse if isinstance(parse, list) else [parse] * len(requests)
-    values: list = [None] * len(requests)
-    errors: list[str | None] = [None] * len(requests)
-    last: list = [None] * len(requests)
-    pending = list(range(len(requests)))
-    for attempt in range(retries + 1):
-        if not pending:
-            break
-        batch = [
-            requests[i] if attempt == 0 else requests[i].model_copy(update={"temperature": retry_temperature, "seed": attempt})
-            for i in pending
-        ]
-        answers = yield batch
-        completions.extend(answers)
-        failed = []
-        for i, r, c in zip(pending, batch, answers):
-            last[i] = c
-            try:
-                check_completion(c, r)
-                values[i], errors[i] = parsers[i](c.text), None
-            except FormatError as e:
-                errors[i] = f"{e} (attempt {attempt + 1})"
-                failed.append(i)
-        pending = failed
-    return list(zip(values, errors, last))
-
-
-def gather(machines: list[Generator]) -> Generator[list[ChatRequest], list[Completion], list]:
-    """Advance several state machines as one: each round sends all their pending requests in one
-    batch and hands each machine its answers; returns their values in order."""
-    values: list = [None] * len(machines)
-    pending: dict[int, list[ChatRequest]] = {}
-    for i, m in enumerate(machines):
-        try:
-            pending[i] = next(m)
-        except StopIteration as stop:
-            values[i] = stop.value
-    while pending:
-        order = list(pending)
-        answers = yield [r for i in order for r in pending[i]]
-        offset = 0
-        for i in order:
-            n = len(pending[i])
-            try:
-                pending[i] = machines[i].send(answers[offset : offset + n])
-            except StopIteration as stop:
-                values[i] = stop.value
-                del pending[i]
-            offset += n
-    return values
-
-
-def drive(machine: Generator, backend: Backend):
-    """Run one state machine to its end on `backend`, one batch at a time; returns its value."""
-    try:
-        requests = next(machine)
-        while True:
-            requests = machine.send(backend.generate(requests))
-    except StopIteration as stop:
-        return stop.value
-
-
-def usage_of(completions: list[Completion]) -> Usage:
-    return Usage(
-        calls=len(completions),
-        prompt_tokens=sum(c.prompt_tokens for c in completions),
-        completion_tokens=sum(c.completion_tokens for c in completions),
-        cached_calls=sum(c.cached for c in completions),
-    )
+from fastvista.schema import Dialogue, ScoredDialogue
 
 
 @dataclass
@@ -208,9 +111,132 @@ Schedule = Literal["waves", "continuous"]
 SCHEDULES = get_args(Schedule)
 
 
+class _Run:
+    """One run's state: the open dialogues (each with its machine and pending requests), the
+    input still to start, the output file and the counts."""
+
+    def __init__(self, dialogues: Iterable[Dialogue], machine: Callable[[Dialogue], Machine[ScoredDialogue]], out,
+                 done: dict[str, Dialogue], out_path: Path, max_active: int, provenance: dict, bar: tqdm, continuous: bool):
+        self.source: Iterator[Dialogue] = iter(dialogues)
+        self.machine, self.out, self.done, self.out_path = machine, out, done, out_path
+        self.max_active, self.provenance, self.bar, self.continuous = max_active, provenance, bar, continuous
+        self.active: dict[str, tuple[Machine, list[ChatRequest]]] = {}
+        self.steps: dict[str, int] = {}  # sequential calls each open dialogue has waited for (continuous)
+        self.seen: set[str] = set()
+        self.stats = RunStats()
+
+    def refill(self) -> None:
+        """Open dialogues from the input until `max_active` are open; skip duplicates and the
+        dialogues already written (refusing one whose input changed since)."""
+        while len(self.active) < self.max_active:
+            d = next(self.source, None)
+            if d is None:
+                return
+            if d.id in self.seen or d.id in self.active:
+                self.stats.duplicates.append(d.id)
+                continue
+            self.seen.add(d.id)
+            if d.id in self.done:
+                if self.done[d.id] != d:
+                    raise StaleResults(f"{self.out_path}: dialogue {d.id!r} was scored from another version of it (the input "
+                                       "or the data selection changed); write to another output folder")
+                self.stats.resumed += 1
+                self.bar.update(1)
+                continue
+            self.start(d)
+
+    def start(self, d: Dialogue) -> None:
+        gen = self.machine(d)
+        self.steps[d.id] = 0
+        try:
+            self.active[d.id] = (gen, next(gen))
+        except StopIteration as stop:
+            self.close(d.id, result=stop.value)
+        except ScoringFailed as e:
+            self.close(d.id, failure=e)
+
+    def advance(self, i: str, answers: list[Completion]) -> None:
+        """Hand a dialogue its answers: it asks again, or it is finished (written) or failed."""
+        gen, _ = self.active[i]
+        self.steps[i] += 1
+        try:
+            self.active[i] = (gen, gen.send(answers))
+        except StopIteration as stop:
+            self.close(i, result=stop.value)
+        except ScoringFailed as e:
+            self.close(i, failure=e)
+
+    def close(self, i: str, result: ScoredDialogue | None = None, failure: ScoringFailed | None = None) -> None:
+        self.active.pop(i, None)
+        if self.continuous:  # rounds: the longest chain of calls any dialogue waited for
+            self.stats.rounds = max(self.stats.rounds, self.steps[i])
+        del self.steps[i]
+        if failure is not None:
+            self.stats.failed.append({"id": i, "reason": str(failure)})
+        else:
+            self.write(result)
+        self.bar.update(1)
+
+    def write(self, result: ScoredDialogue) -> None:
+        result.provenance = self.provenance
+        self.out.write(to_json_line(result))
+        self.out.flush()
+        os.fsync(self.out.fileno())
+        self.stats.labelled += 1
+
+    def count(self, completions: list[Completion]) -> None:
+        s = self.stats
+        s.calls += len(completions)
+        s.cached_calls += sum(c.cached for c in completions)
+        s.prompt_tokens += sum(c.prompt_tokens for c in completions)
+        s.completion_tokens += sum(c.completion_tokens for c in completions)
+        self.bar.set_postfix(calls=s.calls, cached=s.cached_calls, tokens=s.prompt_tokens + s.completion_tokens,
+                             failed=len(s.failed), active=len(self.active))
+
+    def waves(self, backend: Backend) -> None:
+        """Each round: every open dialogue's pending requests as one batch."""
+        while self.active:
+            ids = list(self.active)
+            completions = backend.generate([r for i in ids for r in self.active[i][1]])
+            self.stats.rounds += 1
+            self.count(completions)
+            offset = 0
+            for i in ids:
+                n = len(self.active[i][1])
+                self.advance(i, completions[offset : offset + n])
+                offset += n
+            self.refill()
+
+    def continuously(self, backend: Backend) -> None:
+        """One call per open dialogue in flight; each dialogue advances the moment its call returns.
+        The machines, the output and the counts stay on this thread; only `generate` runs on others."""
+        if not getattr(backend, "concurrent", False):
+            raise ValueError(f"the continuous schedule needs a backend that takes concurrent calls (openai, e.g. vllm serve); "
+                             f"{backend.name} does not: use the waves schedule")
+        flying: dict[Future, str] = {}
+        with ThreadPoolExecutor(max_workers=self.max_active) as pool:
+
+            def send_waiting() -> None:
+                busy = set(flying.values())
+                for i, (_, requests) in list(self.active.items()):
+                    if i not in busy:
+                        flying[pool.submit(backend.generate, requests)] = i
+
+            send_waiting()
+            while flying:
+                finished_calls, _ = wait(flying, return_when=FIRST_COMPLETED)
+                for future in finished_calls:
+                    i = flying.pop(future)
+                    completions = future.result()
+                    self.count(completions)
+                    self.advance(i, completions)
+                self.refill()
+                send_waiting()
+
+
 def run(
     dialogues: Iterable[Dialogue],
-    machine: Callable[[Dialogue], object],
+    machine: Callable[[Dialogue], Machine[ScoredDialogue]],
     backend_factory: Callable[[], Backend],
     out_path: Path,
     max_active: int = 256,
@@ -220,139 +246,24 @@ def run(
     desc: str = "dialogues",
     schedule: Schedule = "waves",
 ) -> RunStats:
-    """Run `machine(dialogue)` generators to completion, appending results to `out_path`.
-
-    `waves`: each round sends every open dialogue's pending requests as one batch and waits for
-    all of them. `continuous`: each dialogue's requests go to the backend on their own, and its
-    next requests leave as soon as its answers return, so a long answer holds up no other dialogue
-    (the engine behind, `vllm serve`, batches whatever is in flight); needs a backend that takes
-    calls from several threads (`openai`). The backend is built on the first batch, so a finished
-    run re-run starts no engine.
-    """
+    """Run `machine(dialogue)` to completion for every dialogue, appending results to `out_path`.
+    The backend is built when the first dialogue needs a call, so a finished run re-run starts
+    no engine."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}: one of {', '.join(SCHEDULES)}")
-    stats = RunStats()
     start = time.perf_counter()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     done = finished(out_path, provenance)
-    seen: set[str] = set()
-    source = iter(dialogues)
-    active: dict[str, tuple[object, list]] = {}
-    steps: dict[str, int] = {}  # sequential calls each open dialogue has waited for (continuous)
     bar = tqdm(total=total, unit="dlg", desc=desc, disable=not progress, dynamic_ncols=True)
-
     with open(out_path, "a", encoding="utf-8") as out:
-
-        def finish(result: ScoredDialogue) -> None:
-            result.provenance = provenance or {}
-            out.write(to_json_line(result))
-            out.flush()
-            os.fsync(out.fileno())
-            stats.labelled += 1
-            bar.update(1)
-
-        def fail(i: str, error: ScoringFailed) -> None:
-            stats.failed.append({"id": i, "reason": str(error)})
-            bar.update(1)
-
-        def start_one(d: Dialogue) -> None:
-            gen = machine(d)
-            try:
-                active[d.id] = (gen, next(gen))
-                steps[d.id] = 0
-            except StopIteration as stop:
-                finish(stop.value)
-            except ScoringFailed as e:
-                fail(d.id, e)
-
-        def refill() -> None:
-            while len(active) < max_active:
-                d = next(source, None)
-                if d is None:
-                    return
-                if d.id in seen or d.id in active:
-                    stats.duplicates.append(d.id)
-                    continue
-                seen.add(d.id)
-                if d.id in done:
-                    if done[d.id] != d:
-                        raise StaleResults(f"{out_path}: dialogue {d.id!r} was scored from another version of it (the input or the "
-                                           "data selection changed); write to another output folder")
-                    stats.resumed += 1
-                    bar.update(1)
-                    continue
-                start_one(d)
-
-        def count(completions: list[Completion]) -> None:
-            stats.calls += len(completions)
-            stats.cached_calls += sum(c.cached for c in completions)
-            stats.prompt_tokens += sum(c.prompt_tokens for c in completions)
-            stats.completion_tokens += sum(c.completion_tokens for c in completions)
-            bar.set_postfix(calls=stats.calls, cached=stats.cached_calls, tokens=stats.prompt_tokens + stats.completion_tokens, active=len(active))
-
-        def advance(i: str, answers: list[Completion]) -> None:
-            """Hand a dialogue its answers: it asks again, or it is finished and written."""
-            gen, _ = active[i]
-            steps[i] += 1
-            try:
-                active[i] = (gen, gen.send(answers))
-                return
-            except StopIteration as stop:
-                finish(stop.value)
-            except ScoringFailed as e:
-                fail(i, e)
-            del active[i]
-            if schedule == "continuous":  # rounds: the longest chain of calls any dialogue waited for
-                stats.rounds = max(stats.rounds, steps[i])
-            del steps[i]
-
-        refill()
-        if active:
+        state = _Run(dialogues, machine, out, done, out_path, max_active, provenance or {}, bar, schedule == "continuous")
+        state.refill()
+        if state.active:
             backend = backend_factory()
-            if schedule == "continuous":
-                _continuous(backend, active, advance, count, refill, max_active)
-            else:
-                while active:
-                    ids = list(active)
-                    completions = backend.generate([r for i in ids for r in active[i][1]])
-                    stats.rounds += 1
-                    count(completions)
-                    offset = 0
-                    for i in ids:
-                        n = len(active[i][1])
-                        advance(i, completions[offset : offset + n])
-                        offset += n
-                    refill()
+            state.continuously(backend) if schedule == "continuous" else state.waves(backend)
     bar.close()
-    stats.wall_seconds = round(time.perf_counter() - start, 2)
-    return stats
-
-
-def _continuous(backend: Backend, active: dict, advance: Callable, count: Callable, refill: Callable, max_active: int) -> None:
-    """Keep one call per open dialogue in flight; advance each dialogue the moment its call returns.
-    The state machines, the output and the counts stay on this thread; only `generate` runs on others."""
-    if not getattr(backend, "concurrent", False):
-        raise ValueError(f"the continuous schedule needs a backend that takes concurrent calls (openai, e.g. vllm serve); "
-                         f"{backend.name} does not: use the waves schedule")
-    flying: dict[Future, str] = {}
-    with ThreadPoolExecutor(max_workers=max_active) as pool:
-
-        def send_waiting() -> None:
-            busy = set(flying.values())
-            for i, (_, requests) in list(active.items()):
-                if i not in busy:
-                    flying[pool.submit(backend.generate, requests)] = i
-
-        send_waiting()
-        while flying:
-            finished, _ = wait(flying, return_when=FIRST_COMPLETED)
-            for future in finished:
-                i = flying.pop(future)
-                completions = future.result()
-                count(completions)
-                advance(i, completions)
-            refill()
-            send_waiting()
+    state.stats.wall_seconds = round(time.perf_counter() - start, 2)
+    return state.stats
 
 
 def read_failed(folder: Path) -> list[dict]:

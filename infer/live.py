@@ -20,7 +20,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.llm import Backend
-from fastvista.scheduler import drive
+from fastvista.protocol import drive
 from fastvista.schema import TurnResult
 from fastvista.single_pass import recent, render_messages, render_user_message
 from infer.student import StudentConfig, score_turn

@@ -22,7 +22,7 @@ from pydantic import model_validator
 
 from fastvista.llm import ChatRequest, Completion, TokenLogprob
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, turn_result
-from fastvista.scheduler import ScoringFailed, ask, usage_of
+from fastvista.protocol import ScoringFailed, ask, usage_of
 from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult, Usage
 from fastvista.scoring import scored_dialogue
 from fastvista.single_pass import (HISTORY_TURNS, MAX_CLAIM_CHARS, MAX_CLAIMS, max_answer_chars, output_regex, parse_output,

@@ -26,7 +26,7 @@ from fastvista.llm import ChatRequest, Completion
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, turn_result
 from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult
 from fastvista.scoring import scored_dialogue
-from fastvista.scheduler import ScoringFailed, ask, usage_of
+from fastvista.protocol import ScoringFailed, ask, usage_of
 from fastvista.single_pass import FormatError, normalise_claim, recent
 from synth import prompts
 

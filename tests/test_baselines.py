@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 from fastvista.cli import app
 from fastvista.labels import Label
 from fastvista.llm import Completion, TokenLogprob
-from fastvista.scheduler import drive
+from fastvista.protocol import drive
 from fastvista.schema import Dialogue, Gold, Turn
 from evaluation.baselines import q2
 from evaluation.baselines.judge import p_faithful

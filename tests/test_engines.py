@@ -120,7 +120,7 @@ def test_hf_serves_the_adapter_only_to_requests_that_name_it(tiny_model, tmp_pat
 
 
 def test_a_prompt_over_max_model_len_is_an_error_before_it_is_sent(tiny_model):
-    from fastvista.scheduler import ScoringFailed, drive
+    from fastvista.protocol import ScoringFailed, drive
 
     backend = make_backend(BackendConfig(kind="hf", model=str(tiny_model), dtype="float32", max_model_len=256))
     [short, long] = backend.generate([ChatRequest(messages=[{"role": "user", "content": "The Louvre"}], max_tokens=8),

@@ -6,7 +6,7 @@ import pytest
 from evaluation.compare import against_gold, agreement
 from evaluation.metrics import align, correlation, decision_agreement, label_report, token_f1
 from fastvista.labels import Label
-from fastvista.scheduler import drive
+from fastvista.protocol import drive
 
 from infer.student import StudentConfig, score_dialogue
 from synth.pipeline import TeacherConfig, label_dialogue

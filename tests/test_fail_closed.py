@@ -16,7 +16,8 @@ from fastvista.cli import app
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.llm.cache import request_key
 from fastvista.records_io import RecordError, write_jsonl
-from fastvista.scheduler import ScoringFailed, drive, finished, folder_lock
+from fastvista.protocol import ScoringFailed, drive
+from fastvista.scheduler import finished, folder_lock
 from fastvista.schema import Dialogue, Turn
 from synth import prompts
 from synth.pipeline import TeacherConfig, label_dialogue

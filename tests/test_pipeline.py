@@ -8,8 +8,9 @@ from fastvista.schema import Dialogue, Gold, GoldClaim, Turn
 from fastvista.single_pass import SYSTEM_PROMPT, parse_output, split_sections
 from synth import prompts
 from synth.pipeline import TeacherConfig, about_speaker, decide, label_dialogue, parse_claims, parse_class, parse_verdict
-from fastvista.scheduler import drive as run_machine
-from fastvista.scheduler import ScoringFailed, run
+from fastvista.protocol import drive as run_machine
+from fastvista.protocol import ScoringFailed
+from fastvista.scheduler import run
 from fastvista.llm import Completion
 from fastvista.memory import stores_before
 from fastvista.contract import StudentFormat

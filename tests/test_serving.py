@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
-from fastvista.scheduler import drive
+from fastvista.protocol import drive
 from fastvista.single_pass import SYSTEM_PROMPT
 from infer.serve import running, serve_command
 from infer.student import StudentConfig, score_dialogue

@@ -7,7 +7,8 @@ import pytest
 from fastvista.labels import Label
 from fastvista.llm import TokenLogprob
 from fastvista.memory import stores_before
-from fastvista.scheduler import ScoringFailed, drive, run
+from fastvista.protocol import ScoringFailed, drive
+from fastvista.scheduler import run
 from fastvista.schema import Claim, Dialogue, Turn
 from fastvista.single_pass import OUTPUT_REGEX, split_sections
 from infer.live import DialogueState, LiveScorer

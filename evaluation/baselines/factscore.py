@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fastvista.labels import Label
 from fastvista.llm import ChatRequest
-from fastvista.scheduler import ask
+from fastvista.protocol import ask
 from fastvista.schema import Claim, TurnResult
 from fastvista.scoring import turn_score
 from fastvista.single_pass import FormatError, escape_block, normalise_claim

@@ -10,7 +10,7 @@ import re
 from pydantic import BaseModel, ConfigDict
 
 from fastvista.llm import ChatRequest
-from fastvista.scheduler import ask
+from fastvista.protocol import ask
 from fastvista.schema import TurnResult
 from fastvista.single_pass import FormatError, escape_block, render_history
 

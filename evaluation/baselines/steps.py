@@ -15,7 +15,7 @@ from collections.abc import Generator
 from functools import cached_property
 
 from fastvista.llm import ChatRequest, Completion
-from fastvista.scheduler import ask
+from fastvista.protocol import ask
 from fastvista.single_pass import FormatError, escape_block
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
