@@ -8,12 +8,13 @@ from pathlib import Path
 
 from fastvista.config import DataSelection, selected
 from fastvista.llm import fingerprint
-from fastvista.scheduler import read_failed, run_to_folder
+from fastvista.scheduler import locked_folder, read_failed, run_to_folder
 from fastvista.summary import summarise
 from evaluation.compare import against_gold
 from evaluation.scorers import EvalConfig, backend_factory, machine_for
 
 
+@locked_folder
 def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = True) -> dict:
     data = DataSelection.model_validate(tree.pop("data", None) or {})
     config = EvalConfig.model_validate(tree)

@@ -40,7 +40,7 @@ from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, turn_result
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.records_io import read_scored
-from fastvista.protocol import usage_of
+from fastvista.protocol import check_completion, usage_of
 from fastvista.scheduler import SCHEDULES, run
 from fastvista.schema import Usage
 from fastvista.models import resolve_model
@@ -51,6 +51,7 @@ from infer.serve import running, serve_command
 from infer.student import StudentConfig, score_dialogue
 from synth.pipeline import TeacherConfig, label_dialogue
 
+
 def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "waves") -> dict:
     path = out / f"{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.jsonl"
     path.unlink(missing_ok=True)
@@ -58,7 +59,9 @@ def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "
     start = time.perf_counter()
     stats = run(dialogues, machine, lambda: backend, path, total=len(dialogues), progress=True, desc=name, schedule=schedule)
     wall = time.perf_counter() - start
-    turns = [t for d in read_scored(path) for t in d.turns]
+    turns = [t for d in read_scored(path) for t in d.turns] if path.exists() else []
+    if not turns:
+        raise RuntimeError(f"{name}: no dialogue was scored ({len(stats.failed)} failed, e.g. {stats.failed[:1]}); no speed to report")
     result = {
         "turns": len(turns),
         "wall_seconds": round(wall, 2),
@@ -90,6 +93,7 @@ def forced_windows(dialogue, size: int, claims: dict, history_turns: int):
         target = render_window_target(per_turn)
         request = ChatRequest(messages=window_messages(dialogue, window, store, history_turns), max_tokens=2048, regex=literal_regex(target))
         [completion] = yield [request]
+        check_completion(completion, request)
         errors = [] if completion.text.strip() == target else ["forced answer differs from its target"]
         for k, (index, turn_claims) in enumerate(zip(window, per_turn)):
             result, store = turn_result(index, turn_claims, store, MAX_STORE_CLAIMS, usage_of([completion]) if k == 0 else Usage(), errors)
@@ -104,7 +108,9 @@ def prompts_alone(dialogue, recorded: dict, history_turns: int):
     replayed = [recorded[(dialogue.id, i)] for i in indices]
     results = []
     for index, result, store in zip(indices, replayed, stores_before(dialogue.knowledge_init, replayed)):
-        [completion] = yield [ChatRequest(messages=student_messages(dialogue, index, store, history_turns), max_tokens=1)]
+        request = ChatRequest(messages=student_messages(dialogue, index, store, history_turns), max_tokens=1)
+        [completion] = yield [request]
+        check_completion(completion, request, cut_ok=True)
         results.append(result.model_copy(update={"usage": usage_of([completion])}))
     return scored_dialogue(dialogue, results)
 

@@ -24,7 +24,7 @@ import yaml
 
 from evaluation.compare import against_gold
 from fastvista.config import DataSelection, load_config, load_dialogues
-from fastvista.llm import BackendConfig, make_backend
+from fastvista.llm import BackendConfig, fingerprint, make_backend
 from fastvista.records_io import read_scored
 from fastvista.scheduler import run
 from synth import calibrate
@@ -32,19 +32,22 @@ from synth.pipeline import TeacherConfig, label_dialogue
 from synth.prompts import PROMPTS_VERSION
 
 
-def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, out: Path, folds: int) -> dict:
+def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, weights: dict, out: Path, folds: int) -> dict:
     path = out / name / "labelled.jsonl"
-    provenance = {"prompts_version": PROMPTS_VERSION, "teacher": teacher.model_dump(mode="json")}
+    provenance = {"prompts_version": PROMPTS_VERSION, "weights": weights, "teacher": teacher.model_dump(mode="json")}
     start = time.perf_counter()
     stats = run(dialogues, lambda d: label_dialogue(d, teacher), backend_factory, path, total=len(dialogues), provenance=provenance, desc=name)
     wall = time.perf_counter() - start
     scored = read_scored(path, {d.id for d in dialogues})
     turns = [t for d in scored for t in d.turns]
-    gold = against_gold(scored)
-    attribution = against_gold(scored, reading="attribution")
+    if not turns:
+        raise RuntimeError(f"{name}: no dialogue was scored ({len(stats.failed)} failed, e.g. {stats.failed[:1]})")
+    gold = against_gold(scored, failed=stats.failed)
+    attribution = against_gold(scored, reading="attribution", failed=stats.failed)
     row = {
         "settings": teacher.model_dump(mode="json"),
         "turns": len(turns),
+        "failed_dialogues": len(stats.failed),
         "turn_accuracy": gold["turn_accuracy"]["accuracy"],
         "always_hallucinated": gold["turn_accuracy"]["always_hallucinated"],
         "turn_accuracy_by_source": {s: v["accuracy"] for s, v in gold["turn_accuracy_by_source"].items()},
@@ -132,7 +135,7 @@ def main(argv=None) -> dict:
         if args.only and name not in args.only:
             continue
         teacher = TeacherConfig.model_validate({**tree.get("teacher", {}), **settings})
-        rows[name] = measure(name, teacher, dialogues, shared_backend, args.out, args.folds)
+        rows[name] = measure(name, teacher, dialogues, shared_backend, fingerprint(backend_config), args.out, args.folds)
         (args.out / "quality.json").write_text(json.dumps({"model": backend_config.model, "input": args.input, "variants": rows}, indent=2))
     (args.out / "quality.md").write_text(table(rows) + "\n")
     print(table(rows))

@@ -24,14 +24,11 @@ eval_app = typer.Typer(help="Compare scorers: agreement with the teacher, accura
 
 @app.callback()
 def main_callback() -> None:
-    """Turn SIGTERM into a normal exit, so engines shut their worker processes down, and start
-    the watchdog that stops them if this command is killed outright (SIGKILL)."""
+    """Turn SIGTERM into a normal exit, so engines shut their worker processes down (if the
+    command is killed outright, its watchdog stops them: fastvista.reaper)."""
     import signal
 
-    from fastvista.reaper import watch_children
-
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    watch_children()
 
 
 app.add_typer(data_app, name="data")
@@ -40,11 +37,14 @@ app.add_typer(eval_app, name="eval")
 
 
 def read_scored(path: Path) -> list:
-    from fastvista.records_io import read_scored as read
+    from fastvista.records_io import RecordError, read_scored as read
 
     if not path.exists():
         fail(f"{path}: no such file")
-    return read(path)
+    try:
+        return read(path)
+    except RecordError as e:
+        fail(f"{e} (results written by another version of fastvista? score them again)")
 
 
 def write_report(report: dict, out: Optional[Path]) -> None:

@@ -29,12 +29,13 @@ class ScoringFailed(RuntimeError):
     """A call that failed or an answer that never read: an error, never a score."""
 
 
-def check_completion(c: Completion, request: ChatRequest) -> None:
+def check_completion(c: Completion, request: ChatRequest, cut_ok: bool = False) -> None:
     """A backend error fails the dialogue at once (the backend has done its retrying); an answer cut
-    at `max_tokens` is a format error, never a shorter answer."""
+    at `max_tokens` is a format error, never a shorter answer, unless only its start is read
+    (`cut_ok`: a label word or a verdict line)."""
     if c.error:
         raise ScoringFailed(f"backend: {c.error}")
-    if c.finish_reason == "length":
+    if c.finish_reason == "length" and not cut_ok:
         raise FormatError(f"answer cut at max_tokens={request.max_tokens}")
 
 
@@ -44,9 +45,10 @@ def ask(
     retries: int,
     retry_temperature: float,
     completions: list[Completion],
+    cut_ok: bool = False,
 ) -> Machine[list[Answer]]:
     """Send requests (from inside a state machine); retry answers that `parse` rejects with a
-    FormatError, or that were cut at `max_tokens` (one parser for all, or one per request),
+    FormatError, or that were cut at `max_tokens` unless `cut_ok` (one parser for all, or one per request),
     sampling with a new seed each attempt. A backend error raises ScoringFailed (no retry here:
     the backend retried transport errors with the same settings). Every completion received is
     appended to `completions` (for the usage count); returns, per request, the parsed value or
@@ -69,7 +71,7 @@ def ask(
         for i, r, c in zip(pending, batch, answers):
             last[i] = c
             try:
-                check_completion(c, r)
+                check_completion(c, r, cut_ok)
                 values[i], errors[i] = parsers[i](c.text), None
             except FormatError as e:
                 errors[i] = f"{e} (attempt {attempt + 1})"

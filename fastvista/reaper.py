@@ -2,10 +2,11 @@
 
 vLLM runs its engine in child processes (`VLLM::EngineCore`, `VLLM::Worker`) that outlive a
 parent killed without cleanup, holding gigabytes and a core, so the next run cannot get its KV
-cache. `watch_children` starts a small watchdog process that notes the command's descendants
-twice a second and, once the command is gone (however it ended), stops every one of them still
-running. `refuse_leftover_engines` finds an engine an earlier run left behind before a new one
-starts, and says how to stop it.
+cache. Before a command starts an engine (in process or `vllm serve`), `watch_children` starts,
+once per process, a small watchdog process that notes the command's descendants twice a second
+and, once the command is gone (however it ended), stops every one of them still running.
+`refuse_leftover_engines` finds an engine whose command is gone (an orphan) before a new one
+starts, and says how to stop it; engines of runs still alive are theirs, and left alone.
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ ENGINE_PREFIX = "VLLM::"
 POLL_SECONDS = 0.5
 
 
-def watch_children() -> subprocess.Popen:
-    """Start the watchdog for this process (it exits on its own after this process ends)."""
-    return subprocess.Popen([sys.executable, "-m", "fastvista.reaper", str(os.getpid())],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+_watchdog: subprocess.Popen | None = None
+
+
+def watch_children() -> None:
+    """Start this process's watchdog, once (it exits on its own after this process ends)."""
+    global _watchdog
+    if _watchdog is None or _watchdog.poll() is not None:
+        _watchdog = subprocess.Popen([sys.executable, "-m", "fastvista.reaper", str(os.getpid())],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _is_engine(p) -> bool:
@@ -36,12 +42,23 @@ def _is_engine(p) -> bool:
         return False
 
 
-def leftover_engines() -> list:
-    """vLLM engine processes that are not this process's own descendants."""
+def _orphaned(p) -> bool:
+    """An engine whose command is gone: the first ancestor that is not an engine is init."""
     import psutil
 
-    mine = {p.pid for p in psutil.Process().children(recursive=True)}
-    return [p for p in psutil.process_iter() if p.pid not in mine and _is_engine(p)]
+    try:
+        while p is not None and _is_engine(p):
+            p = p.parent()
+        return p is None or p.pid == 1
+    except psutil.Error:
+        return False
+
+
+def leftover_engines() -> list:
+    """vLLM engine processes whose command is gone."""
+    import psutil
+
+    return [p for p in psutil.process_iter() if _is_engine(p) and _orphaned(p)]
 
 
 def refuse_leftover_engines() -> None:
@@ -51,8 +68,8 @@ def refuse_leftover_engines() -> None:
     if found:
         listed = ", ".join(f"pid {p.pid} ({p.info['name'] if getattr(p, 'info', None) else p.name()}, "
                            f"{p.memory_info().rss / 2**30:.1f} GiB)" for p in found)
-        raise ConfigError(f"a vLLM engine that another run started is still running: {listed}; it holds the memory "
-                          f"this engine needs. Stop it (kill {' '.join(str(p.pid) for p in found)}) and run again")
+        raise ConfigError(f"a vLLM engine left behind by a run that is gone is still running: {listed}; it holds the "
+                          f"memory this engine needs. Stop it (kill {' '.join(str(p.pid) for p in found)}) and run again")
 
 
 def _stop(processes: dict[int, float]) -> None:

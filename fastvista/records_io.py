@@ -95,8 +95,15 @@ def _parse_line(path, n: int, item: str | RecordError) -> Dialogue:
 
 def read_scored(path: str | os.PathLike, ids: set[str] | None = None) -> list[ScoredDialogue]:
     """Scored dialogues of a results file (teacher or student), optionally only those in `ids`."""
+    scored = []
     with open_binary(path) as f:
-        scored = [ScoredDialogue.model_validate_json(line) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                scored.append(ScoredDialogue.model_validate_json(line))
+            except ValidationError as e:
+                raise validation_error(path, n, e) from None
     return scored if ids is None else [s for s in scored if s.id in ids]
 
 

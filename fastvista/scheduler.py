@@ -15,6 +15,7 @@ backend and writes each result the moment its dialogue finishes.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import time
@@ -70,11 +71,11 @@ def finished(path: Path, provenance: dict | None = None) -> dict[str, Dialogue]:
     good_bytes = 0
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
-            if not raw.endswith(b"\n"):
-                break  # torn last line
             try:
                 record = ScoredDialogue.model_validate_json(raw)
             except ValidationError as e:
+                if not raw.endswith(b"\n"):
+                    break  # torn last line: a run killed mid-write
                 raise RecordError(path, n, None, f"not a scored dialogue ({e.errors()[0]['msg']}); "
                                   "fix or remove this line, or write to another output folder") from None
             if provenance is not None and method_of(record.provenance) != method_of(provenance):
@@ -87,6 +88,9 @@ def finished(path: Path, provenance: dict | None = None) -> dict[str, Dialogue]:
     if good_bytes < path.stat().st_size:
         with open(path, "r+b") as f:
             f.truncate(good_bytes)
+    elif good_bytes and not raw.endswith(b"\n"):
+        with open(path, "ab") as f:  # a whole last record whose newline was lost: keep it, end its line
+            f.write(b"\n")
     return done
 
 
@@ -107,6 +111,18 @@ def folder_lock(folder: Path):
         yield
 
 
+def locked_folder(main: Callable) -> Callable:
+    """A stage's `main(tree, out_dir, ...)` run whole under the output folder's lock, so a second
+    run on the folder is refused before it writes anything there."""
+
+    @functools.wraps(main)
+    def locked(tree: dict, out_dir: Path, *args, **kwargs):
+        with folder_lock(out_dir):
+            return main(tree, out_dir, *args, **kwargs)
+
+    return locked
+
+
 Schedule = Literal["waves", "continuous"]
 SCHEDULES = get_args(Schedule)
 
@@ -115,10 +131,10 @@ class _Run:
     """One run's state: the open dialogues (each with its machine and pending requests), the
     input still to start, the output file and the counts."""
 
-    def __init__(self, dialogues: Iterable[Dialogue], machine: Callable[[Dialogue], Machine[ScoredDialogue]], out,
+    def __init__(self, dialogues: Iterable[Dialogue], machine: Callable[[Dialogue], Machine[ScoredDialogue]], out, failed_out,
                  done: dict[str, Dialogue], out_path: Path, max_active: int, provenance: dict, bar: tqdm, continuous: bool):
         self.source: Iterator[Dialogue] = iter(dialogues)
-        self.machine, self.out, self.done, self.out_path = machine, out, done, out_path
+        self.machine, self.out, self.failed_out, self.done, self.out_path = machine, out, failed_out, done, out_path
         self.max_active, self.provenance, self.bar, self.continuous = max_active, provenance, bar, continuous
         self.active: dict[str, tuple[Machine, list[ChatRequest]]] = {}
         self.steps: dict[str, int] = {}  # sequential calls each open dialogue has waited for (continuous)
@@ -172,7 +188,11 @@ class _Run:
             self.stats.rounds = max(self.stats.rounds, self.steps[i])
         del self.steps[i]
         if failure is not None:
-            self.stats.failed.append({"id": i, "reason": str(failure)})
+            report = {"id": i, "reason": str(failure)}
+            self.stats.failed.append(report)
+            if self.failed_out is not None:
+                self.failed_out.write(to_json_line(report))
+                self.failed_out.flush()
         else:
             self.write(result)
         self.bar.update(1)
@@ -245,10 +265,11 @@ def run(
     progress: bool = True,
     desc: str = "dialogues",
     schedule: Schedule = "waves",
+    failed_out=None,
 ) -> RunStats:
-    """Run `machine(dialogue)` to completion for every dialogue, appending results to `out_path`.
-    The backend is built when the first dialogue needs a call, so a finished run re-run starts
-    no engine."""
+    """Run `machine(dialogue)` to completion for every dialogue, appending results to `out_path`
+    (and failures, as they happen, to the open file `failed_out`). The backend is built when the
+    first dialogue needs a call, so a finished run re-run starts no engine."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}: one of {', '.join(SCHEDULES)}")
     start = time.perf_counter()
@@ -256,7 +277,7 @@ def run(
     done = finished(out_path, provenance)
     bar = tqdm(total=total, unit="dlg", desc=desc, disable=not progress, dynamic_ncols=True)
     with open(out_path, "a", encoding="utf-8") as out:
-        state = _Run(dialogues, machine, out, done, out_path, max_active, provenance or {}, bar, schedule == "continuous")
+        state = _Run(dialogues, machine, out, failed_out, done, out_path, max_active, provenance or {}, bar, schedule == "continuous")
         state.refill()
         if state.active:
             backend = backend_factory()
@@ -274,7 +295,7 @@ def read_failed(folder: Path) -> list[dict]:
 
 def run_to_folder(
     dialogues: list[Dialogue],
-    machine: Callable[[Dialogue], object],
+    machine: Callable[[Dialogue], Machine[ScoredDialogue]],
     backend_factory: Callable[[], Backend],
     results: Path,
     skipped: list[dict],
@@ -284,18 +305,20 @@ def run_to_folder(
     desc: str,
     schedule: Schedule = "waves",
 ) -> tuple[list[ScoredDialogue], dict]:
-    """`run` under the folder's lock, then what every stage writes beside its results, so every
-    input is accounted for: `skipped.jsonl` (bad inputs, dialogues the selection dropped and
-    duplicate ids, each with its reason) and `failed.jsonl` (dialogues whose calls or answers
-    failed this run; the next run tries them again). Returns the selected dialogues' results
+    """`run`, and what every stage writes beside its results so that every input is accounted
+    for: `skipped.jsonl` (bad inputs, dialogues the selection dropped and duplicate ids, each with
+    its reason) and `failed.jsonl` (dialogues whose calls or answers failed in this run, written
+    as they fail; the next run tries them again). Both describe this run from its start. The
+    caller holds the folder's lock (`folder_lock`). Returns the selected dialogues' results
     (resumed ones included) and the run's part of the summary."""
-    with folder_lock(results.parent):
+    folder = results.parent
+    write_jsonl(folder / "skipped.jsonl", skipped)
+    with open(folder / "failed.jsonl", "w", encoding="utf-8") as failed_out:
         stats = run(dialogues, machine, backend_factory, results, max_active=max_active, total=len(dialogues),
-                    provenance=provenance, progress=progress, desc=desc, schedule=schedule)
-        reports = list(skipped) + [{"id": i, "reason": "duplicate id: done once"} for i in stats.duplicates]
-        write_jsonl(results.parent / "skipped.jsonl", reports)
-        write_jsonl(results.parent / "failed.jsonl", stats.failed)
-        scored = read_scored(results, {d.id for d in dialogues}) if results.exists() else []
+                    provenance=provenance, progress=progress, desc=desc, schedule=schedule, failed_out=failed_out)
+    reports = list(skipped) + [{"id": i, "reason": "duplicate id: done once"} for i in stats.duplicates]
+    write_jsonl(folder / "skipped.jsonl", reports)
+    scored = read_scored(results, {d.id for d in dialogues}) if results.exists() else []
     run_report = {"inputs_skipped": len(reports), "failed_dialogues": len(stats.failed),
                   "this_run": {**stats.__dict__, "duplicates": len(stats.duplicates), "failed": len(stats.failed)},
                   "provenance": provenance}

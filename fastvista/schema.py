@@ -4,13 +4,28 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from fastvista.labels import Label
 
 
 class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def encodable(text: str) -> str:
+    """Text that can be written out again: JSON's \\ud800 escapes decode to lone surrogates,
+    which no UTF-8 file can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"holds a lone surrogate ({text[e.start:e.end]!a} at character {e.start})") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(encodable)]
 
 
 class GoldClaim(Record):
@@ -28,8 +43,8 @@ class Gold(Record):
 
 class Turn(Record):
     role: Literal["user", "assistant"]
-    text: str
-    reference: Optional[str] = None
+    text: Text
+    reference: Optional[Text] = None
     score: Optional[bool] = None
     gold: Optional[Gold] = None
     # Source facts that are not part of the contract (e.g. Topical-Chat's knowledge_source).
@@ -42,10 +57,10 @@ class Turn(Record):
 
 
 class Dialogue(Record):
-    id: str
-    source: str = "jsonl"
-    system: Optional[str] = None
-    knowledge_init: list[str] = Field(default_factory=list)
+    id: Text
+    source: Text = "jsonl"
+    system: Optional[Text] = None
+    knowledge_init: list[Text] = Field(default_factory=list)
     turns: list[Turn]
     meta: Optional[dict] = None
 
@@ -99,7 +114,7 @@ class ScoredDialogue(Record):
     id: str
     source: str
     system: Optional[str] = None
-    score: Optional[float]  # None: the dialogue has no scored turn, so nothing to score
+    score: Optional[float] = None  # None: the dialogue has no scored turn, so nothing to score
     turns: list[TurnResult]
     usage: Usage = Field(default_factory=Usage)
     provenance: dict = Field(default_factory=dict)

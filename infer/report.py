@@ -25,10 +25,11 @@ STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem aut
 def _plain(text: str):
     """Untrusted text for the terminal: a Text, so never read as markup (`[/]` must not crash the
     table, nor `[red]` style it), with control characters (ESC starts terminal commands) shown
-    as escapes rather than sent."""
+    as escapes rather than sent, and so are format characters (bidi overrides reorder what
+    follows them)."""
     from rich.text import Text
 
-    return Text("".join(c.encode("unicode_escape").decode() if unicodedata.category(c) == "Cc" else c for c in text))
+    return Text("".join(c.encode("unicode_escape").decode() if unicodedata.category(c) in ("Cc", "Cf") else c for c in text))
 
 
 def terminal_table(scored: list[ScoredDialogue], limit: int = 20):

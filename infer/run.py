@@ -11,7 +11,7 @@ from fastvista.config import DataSelection, selected
 from fastvista.contract import StudentFormat, check_format, read_format
 from fastvista.models import resolve_model
 from fastvista.llm import BackendConfig, fingerprint, make_checked_backend
-from fastvista.scheduler import Schedule, run_to_folder
+from fastvista.scheduler import Schedule, locked_folder, run_to_folder
 from fastvista.schema import ScoredDialogue
 from fastvista.summary import summarise
 from infer.report import write_html
@@ -40,6 +40,7 @@ def check_student_format(config: ScoreConfig) -> None:
         check_format(trained, used, folder)
 
 
+@locked_folder
 def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = True) -> tuple[dict, list[ScoredDialogue]]:
     data = DataSelection.model_validate(tree.pop("data", None) or {})
     config = ScoreConfig.model_validate(tree)

@@ -143,8 +143,12 @@ def running(cmd: list[str], base_url: str, log: Path, timeout: float = 600, allo
             served: list[str] | None = None, api_key: str | None = None):
     """Start the server, wait until it is healthy and lists every name in `served`, yield its
     process; stop it on the way out (killed if it has not exited a minute after SIGTERM)."""
+    from fastvista.reaper import refuse_leftover_engines, watch_children
+
     if port_answers(base_url):
         raise RuntimeError(f"{base_url} already answers: another server holds the port; stop it or choose another --port")
+    refuse_leftover_engines()
+    watch_children()
     process = start(cmd, log, allow_runtime_lora, api_key)
     try:
         wait_healthy(base_url, process, timeout, log)

@@ -157,11 +157,13 @@ def _mean(distributions: list[dict]) -> dict:
 
 
 def _distribution(answer, letters: dict, cfg: TeacherConfig) -> dict | None:
+    """The answer's distribution over the labels; None for an answer that never read (a stray
+    letter in the top tokens of "Sorry, I cannot..." is no label)."""
     value, _, completion = answer
+    if value is None:
+        return None
     scores = first_token_distribution(completion, letters) if cfg.label_scores else None
-    if scores is None and value is not None:
-        scores = {value: 1.0}
-    return scores
+    return scores if scores is not None else {value: 1.0}
 
 
 def label_claims(
@@ -180,7 +182,9 @@ def label_claims(
     to_verify = [i for i, s in enumerate(speaker) if not s]
     verify = [request(prompts.verify_messages(store, reference, claim_texts[i], cfg.few_shot, v)) for i in to_verify for v in range(cfg.votes)]
     classify = [request(prompts.classify_messages(store, reference, c, cfg.few_shot, v)) for c in claim_texts for v in range(cfg.votes)]
-    answers = yield from ask(verify + classify, [parse_verdict] * len(verify) + [parse_class] * len(classify), cfg.retries, cfg.retry_temperature, completions)
+    # only the label word at the start is read: an answer that goes on past label_max_tokens is whole enough
+    answers = yield from ask(verify + classify, [parse_verdict] * len(verify) + [parse_class] * len(classify), cfg.retries,
+                             cfg.retry_temperature, completions, cut_ok=True)
     verify_answers, class_answers = answers[: len(verify)], answers[len(verify) :]
 
     claims = []

@@ -12,7 +12,7 @@ from fastvista.config import DataSelection, selected
 from fastvista.contract import StudentFormat
 from fastvista.llm import BackendConfig, fingerprint, make_checked_backend
 from fastvista.records_io import write_jsonl
-from fastvista.scheduler import Schedule, run_to_folder
+from fastvista.scheduler import Schedule, locked_folder, run_to_folder
 from fastvista.single_pass import HISTORY_TURNS
 from fastvista.summary import summarise
 from synth.pipeline import TeacherConfig, label_dialogue
@@ -32,6 +32,7 @@ class SynthConfig(BaseModel):
     student_window_turns: int = 4
 
 
+@locked_folder
 def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = True) -> dict:
     data = DataSelection.model_validate(tree.pop("data", None) or {})
     config = SynthConfig.model_validate(tree)

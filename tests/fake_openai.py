@@ -20,6 +20,7 @@ class FakeOpenAI:
                  models: tuple[str, ...] = ("teacher", "student", "scripted", "m")):
         self.delay, self.fail_first, self.models = delay, fail_first, models
         self.down_for: str | None = None  # while set, every request whose body holds this text gets a 503
+        self.garbled_for: str | None = None  # ... gets a 200 reply with no choices
         self.throttle_first, self.retry_after = throttle_first, retry_after
         self.arrivals: list[float] = []  # when each chat request arrived (monotonic clock)
         self.received: Counter = Counter()
@@ -62,6 +63,9 @@ class FakeOpenAI:
                     return
                 if body["model"] not in server.models:
                     self.reply(404, {"error": {"message": f"model {body['model']} does not exist"}})
+                    return
+                if server.garbled_for is not None and server.garbled_for in json.dumps(body):
+                    self.reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"], "choices": []})
                     return
                 time.sleep(server.delay)
                 request = ChatRequest(messages=body["messages"], temperature=body.get("temperature", 0.0))

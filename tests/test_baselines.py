@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 from fastvista.cli import app
 from fastvista.labels import Label
 from fastvista.llm import Completion, TokenLogprob
-from fastvista.protocol import drive
+from fastvista.protocol import ScoringFailed, drive
 from fastvista.schema import Dialogue, Gold, Turn
 from evaluation.baselines import q2
 from evaluation.baselines.judge import p_faithful
@@ -147,8 +147,21 @@ def test_judge_one_call_a_turn_with_history_and_a_probability():
     assert "Paris is in France." in backend.requests[1].messages[-1]["content"]  # the history of the second turn
     first = TokenLogprob(token="FA", logprob=math.log(0.8), top={"FA": math.log(0.8), "HALL": math.log(0.15), "UN": math.log(0.05)})
     assert p_faithful(Completion(text="FAITHFUL", logprobs=[TokenLogprob(token=" ", logprob=0.0), first])) == pytest.approx(0.8)
-    garbled = drive(machine_for(EvalConfig(scorer="judge"))(dialogue("x", "GARBLE")), ScriptedBackend()).turns[0]
-    assert garbled.hallucinated and garbled.errors and garbled.usage.calls == 3  # retried, then reported
+    backend = ScriptedBackend()
+    with pytest.raises(ScoringFailed, match="judge: no verdict read"):  # retried, then the dialogue fails: never a score
+        drive(machine_for(EvalConfig(scorer="judge"))(dialogue("x", "GARBLE")), backend)
+    assert len(backend.requests) == 3
+
+
+def test_baselines_fail_closed_on_answers_that_never_read():
+    class Mute(ScriptedBackend):
+        def generate(self, requests):
+            self.requests.extend(requests)
+            return [Completion(text="", finish_reason="length") for _ in requests]
+
+    for scorer in ("factscore", "judge"):
+        with pytest.raises(ScoringFailed):
+            drive(machine_for(EvalConfig(scorer=scorer))(dialogue("Paris is in France.", "Paris is in France.")), Mute())
 
 
 def test_step_parsers():

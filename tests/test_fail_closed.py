@@ -151,6 +151,7 @@ def test_an_output_folder_takes_one_run_at_a_time(tmp_path):
     with folder_lock(tmp_path / "run"), FakeOpenAI() as server:
         result = CliRunner().invoke(app, synth_args(inputs, tmp_path / "run", server))
     assert result.exit_code == 2 and "another run is writing to" in result.output
+    assert not (tmp_path / "run" / "config.json").exists()  # refused before it wrote anything
 
 
 def test_every_input_is_accounted_for(tmp_path):
@@ -274,3 +275,87 @@ def test_the_training_set_records_its_format_and_training_refuses_mixed_formats(
     other = [{**examples[0], "format": {**fmt.model_dump(), "history_turns": 8}}]
     with pytest.raises(FormatMismatch, match="2 different formats"):
         format_of_examples(examples + other, "train.jsonl")
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in __import__("pathlib").Path("configs").glob("*/*.yaml") if "accelerate" not in str(p)
+                                       and "sft" not in str(p) and "teacher_ablation" not in str(p)))
+def test_every_shipped_config_is_valid(path):
+    from fastvista.config import load_config
+    from evaluation.scorers import EvalConfig
+    from infer.run import ScoreConfig
+    from synth.run import SynthConfig
+
+    tree = load_config(path, [])
+    tree.pop("data", None)
+    kind = {"score": ScoreConfig, "synth": SynthConfig, "eval": EvalConfig}[path.split("/")[1]]
+    if kind is EvalConfig:
+        tree.setdefault("scorer", "teacher")
+    kind.model_validate(tree)
+
+
+def test_a_malformed_reply_fails_its_dialogue_and_the_run_goes_on(tmp_path):
+    inputs = tmp_path / "in.jsonl"
+    write_jsonl(inputs, [museum_dialogue(i) for i in range(3)])
+    with FakeOpenAI() as server:
+        server.garbled_for = "part 1"
+        result = CliRunner().invoke(app, synth_args(inputs, tmp_path / "run", server))
+    assert result.exit_code == 3, result.output
+    [failed] = lines(tmp_path / "run/failed.jsonl")
+    assert failed["id"] == "d1" and "backend: IndexError" in failed["reason"]
+    assert sorted(r["id"] for r in lines(tmp_path / "run/labelled.jsonl")) == ["d0", "d2"]
+
+
+def test_dialogues_without_scored_turns_are_written_read_back_and_resumed(tmp_path):
+    inputs = tmp_path / "in.jsonl"
+    write_jsonl(inputs, [Dialogue(id="chat", turns=[Turn(role="user", text="Hi")]), museum_dialogue(0)])
+    with FakeOpenAI() as server:
+        assert CliRunner().invoke(app, synth_args(inputs, tmp_path / "run", server)).exit_code == 0
+        again = CliRunner().invoke(app, synth_args(inputs, tmp_path / "run", server))
+    assert again.exit_code == 0, again.output
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    assert summary["this_run"]["resumed"] == 2 and summary["dialogues_without_scored_turns"] == 1
+
+
+def test_a_lone_surrogate_is_a_bad_record_not_a_crash(tmp_path):
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(museum_dialogue(0).model_dump_json() + "\n" + '{"id": "s", "turns": [{"role": "user", "text": "a\\ud800"}]}\n')
+    with FakeOpenAI() as server:
+        result = CliRunner().invoke(app, synth_args(inputs, tmp_path / "run", server, "--skip-bad"))
+    assert result.exit_code == 0, result.output
+    [report] = lines(tmp_path / "run/skipped.jsonl")
+    assert report["line"] == 2 and report["field"] == "turns.0.text" and "lone surrogate" in report["reason"]
+
+
+def test_a_whole_last_record_without_its_newline_is_kept(tmp_path):
+    scored = [drive(label_dialogue(museum_dialogue(i), TeacherConfig()), ScriptedBackend()) for i in range(2)]
+    path = tmp_path / "labelled.jsonl"
+    path.write_text("\n".join(s.model_dump_json(exclude_none=True) for s in scored))  # no final newline
+    assert set(finished(path)) == {"d0", "d1"} and path.read_text().endswith("}\n")
+
+
+def test_a_label_answer_that_never_reads_is_no_label_whatever_its_top_tokens():
+    from fastvista.llm import TokenLogprob
+
+    class Sorry(ScriptedBackend):
+        def generate(self, requests):
+            answers = super().generate(requests)
+            stray = TokenLogprob(token="Sorry", logprob=-0.01, top={"Sorry": -0.01, "V": -9.0, "L": -9.5})
+            return [a if r.messages[0]["content"] == prompts.DECOMPOSE_SYSTEM else
+                    a.model_copy(update={"text": "Sorry, I am not able to", "logprobs": [stray]}) for r, a in zip(requests, answers)]
+
+    with pytest.raises(ScoringFailed, match="no readable label"):
+        drive(label_dialogue(museum_dialogue(0), TeacherConfig(retries=0)), Sorry())
+
+
+def test_label_answers_that_run_past_max_tokens_are_read_from_their_start():
+    class Chatty(ScriptedBackend):
+        def generate(self, requests):
+            return [a if r.messages[0]["content"] == prompts.DECOMPOSE_SYSTEM else
+                    a.model_copy(update={"text": a.text + " because the reference", "finish_reason": "length"})
+                    for r, a in zip(requests, super().generate(requests))]
+
+    backend = Chatty()
+    plain = drive(label_dialogue(museum_dialogue(0), TeacherConfig(label_scores=False)), ScriptedBackend())
+    chatty = drive(label_dialogue(museum_dialogue(0), TeacherConfig(label_scores=False)), backend)
+    assert [[c.label for c in t.claims] for t in chatty.turns] == [[c.label for c in t.claims] for t in plain.turns]
+    assert all(r.temperature == 0 for r in backend.requests)  # no sampled retry

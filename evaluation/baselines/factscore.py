@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fastvista.labels import Label
 from fastvista.llm import ChatRequest
-from fastvista.protocol import ask
+from fastvista.protocol import ScoringFailed, ask
 from fastvista.schema import Claim, TurnResult
 from fastvista.scoring import turn_score
 from fastvista.single_pass import FormatError, escape_block, normalise_claim
@@ -68,16 +68,21 @@ def factscore_turn(text: str, reference: str | None, cfg: FactScoreConfig, nlp, 
     sentences = nlp.sentences(text)
     split = [ChatRequest(messages=facts_messages(s), max_tokens=160) for s in sentences]
     answers = (yield from ask(split, parse_claims, cfg.retries, cfg.retry_temperature, completions)) if split else []
-    errors = [f"facts of sentence {k + 1}: {e}" for k, (_, e, _) in enumerate(answers) if e]
+    unread = [f"facts of sentence {k + 1}: {e}" for k, (_, e, _) in enumerate(answers) if e]
+    if unread:
+        raise ScoringFailed(unread[0])
+    errors = []
     facts = list(dict.fromkeys(f for value, _, _ in answers for f in (value or [])))
     if len(facts) > cfg.max_facts:
         errors.append(f"{len(facts)} facts, kept the first {cfg.max_facts}")
         facts = facts[: cfg.max_facts]
     verify = [ChatRequest(messages=support_messages(reference, f), max_tokens=4) for f in facts]
-    verdicts = (yield from ask(verify, parse_support, cfg.retries, cfg.retry_temperature, completions)) if verify else []
-    claims = [Claim(text=f, label=Label.VERIFIED if ok else Label.LACKING_EVIDENCE, error=f"support: {e}" if e else None)
-              for f, (ok, e, _) in zip(facts, verdicts)]
+    verdicts = (yield from ask(verify, parse_support, cfg.retries, cfg.retry_temperature, completions, cut_ok=True)) if verify else []
+    unread = next((f"support of {f!r}: {e}" for f, (_, e, _) in zip(facts, verdicts) if e), None)
+    if unread:
+        raise ScoringFailed(unread)
+    claims = [Claim(text=f, label=Label.VERIFIED if ok else Label.LACKING_EVIDENCE) for f, (ok, _, _) in zip(facts, verdicts)]
     score = turn_score([c.label for c in claims])
     return TurnResult(index=-1, claims=claims, score=score, no_claims=not claims, hallucinated=score < cfg.threshold,
-                      errors=errors + [f"fact {k + 1}: {c.error}" for k, c in enumerate(claims) if c.error],
+                      errors=errors,
                       details={"sentences": len(sentences)})

@@ -10,7 +10,7 @@ import re
 from pydantic import BaseModel, ConfigDict
 
 from fastvista.llm import ChatRequest
-from fastvista.protocol import ask
+from fastvista.protocol import ScoringFailed, ask
 from fastvista.schema import TurnResult
 from fastvista.single_pass import FormatError, escape_block, render_history
 
@@ -66,11 +66,10 @@ def p_faithful(completion) -> float | None:
 
 def judge_turn(history, text: str, reference: str | None, cfg: JudgeConfig, completions: list):
     request = ChatRequest(messages=judge_messages(history, text, reference), max_tokens=cfg.max_tokens, logprobs=5)
-    [(value, error, completion)] = yield from ask([request], parse_verdict, cfg.retries, cfg.retry_temperature, completions)
+    # the verdict is the first line: a reason cut at max_tokens still reads
+    [(value, error, completion)] = yield from ask([request], parse_verdict, cfg.retries, cfg.retry_temperature, completions, cut_ok=True)
     if value is None:
-        # Unreadable after retries: reported, and counted as hallucinated (never a silent pass).
-        return TurnResult(index=-1, claims=[], score=0.0, no_claims=False, hallucinated=True, errors=[f"judge: {error}"],
-                          details={"verdict": None, "raw": completion.text[:500]})
+        raise ScoringFailed(f"judge: no verdict read ({error}); last answer {completion.text[:200]!r}")
     hallucinated, reason = value
     probability = p_faithful(completion)
     score = probability if probability is not None else float(not hallucinated)

@@ -92,7 +92,7 @@ def q2_turn(response: str, knowledge: str, cfg: Q2Config, steps, nlp):
     valid = [r for r in asked if r["valid"]]
     on_knowledge = (yield from steps.answers([(r["question"], knowledge) for r in valid])) if valid else []
     for r, a in zip(valid, on_knowledge):
-        r["knowledge_answer"] = NO_ANSWER if a is None else a
+        r["knowledge_answer"] = a
     compare = [r for r in valid if needs_nli(r["candidate"], r["knowledge_answer"])]
     pairs = [(f"{r['question']} {r['knowledge_answer']}", f"{r['question']} {r['candidate']}") for r in compare]
     labels = (yield from steps.nli(pairs)) if pairs and cfg.nli else [None] * len(compare)

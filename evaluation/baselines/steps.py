@@ -15,7 +15,7 @@ from collections.abc import Generator
 from functools import cached_property
 
 from fastvista.llm import ChatRequest, Completion
-from fastvista.protocol import ask
+from fastvista.protocol import ScoringFailed, ask
 from fastvista.single_pass import FormatError, escape_block
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
@@ -73,7 +73,10 @@ class LLMSteps:
     def _ask(self, messages: list[list[dict]], parse, max_tokens: int) -> Generator[list[ChatRequest], list[Completion], list]:
         requests = [ChatRequest(messages=m, max_tokens=max_tokens) for m in messages]
         answers = yield from ask(requests, parse, self.retries, self.retry_temperature, self.completions)
-        return [value for value, _, _ in answers]  # None where no attempt parsed
+        unread = next((error for _, error, _ in answers if error), None)
+        if unread:
+            raise ScoringFailed(f"an answer never read: {unread}")
+        return [value for value, _, _ in answers]
 
     def questions(self, pairs: list[tuple[str, str]]):
         """(answer span, text) -> a question whose answer is the span, or None."""

@@ -97,9 +97,13 @@ def fingerprint(config: BackendConfig) -> dict:
     a name only a server resolves). Recorded in every result's provenance."""
     from fastvista.fingerprint import model_sha256
 
+    if config.kind == "openai":
+        from fastvista.llm.openai_backend import served_weights
+
+        return {"model": config.model, **served_weights(config)}
     return {
         "model": config.model,
-        "model_sha256": model_sha256(config.model) if config.kind != "openai" else None,
+        "model_sha256": model_sha256(config.model),
         "adapters": {name: {"path": path, "sha256": model_sha256(path)} for name, path in config.lora_adapters.items()},
     }
 

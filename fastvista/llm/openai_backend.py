@@ -26,6 +26,33 @@ def is_loopback(base_url: str | None) -> bool:
         return False
 
 
+def served_weights(config: BackendConfig) -> dict:
+    """Content hashes of what a server on this machine serves: vLLM lists each model's and
+    adapter's folder as `root`; a folder this machine can read is hashed, so a retrained adapter
+    re-served under the same name is another model. Anything else (a hosted API, a server
+    elsewhere, a server that does not answer yet) is known by its name only."""
+    import openai
+
+    from fastvista.fingerprint import content_sha256
+
+    hashes = {"model_sha256": None, "adapters": {}}
+    if not is_loopback(config.base_url):
+        return hashes
+    try:
+        client = openai.OpenAI(base_url=config.base_url, api_key=os.environ.get(config.api_key_env) or "EMPTY", timeout=10, max_retries=0)
+        served = list(client.models.list())
+    except Exception:  # noqa: BLE001 - no answer: nothing to hash; check() reports an unreachable server
+        return hashes
+    for m in served:
+        root = getattr(m, "root", None)
+        sha = content_sha256(root) if root and os.path.isdir(root) else None
+        if m.id == config.model:
+            hashes["model_sha256"] = sha
+        elif sha is not None:
+            hashes["adapters"][m.id] = {"path": root, "sha256": sha}
+    return hashes
+
+
 class OpenAIBackend:
     supports_constraints = True
     concurrent = True  # the server batches concurrent requests
@@ -67,8 +94,6 @@ class OpenAIBackend:
         return list(self.pool.map(self._one, requests))
 
     def _one(self, r: ChatRequest) -> Completion:
-        import openai
-
         extra: dict = {}
         if r.regex:
             extra["structured_outputs"] = {"regex": r.regex}
@@ -88,16 +113,16 @@ class OpenAIBackend:
             kwargs.update(logprobs=True, top_logprobs=r.logprobs)
         try:
             resp = self.client.chat.completions.create(**kwargs)
-        except openai.OpenAIError as e:
+            choice = resp.choices[0]
+            logprobs = None
+            if r.logprobs and choice.logprobs and choice.logprobs.content:
+                logprobs = [
+                    TokenLogprob(token=t.token, logprob=t.logprob, top={x.token: x.logprob for x in t.top_logprobs})
+                    for t in choice.logprobs.content
+                ]
+            usage = resp.usage
+        except Exception as e:  # noqa: BLE001 - an error of any kind, a malformed reply included, is this call's error
             return Completion(text="", error=f"{type(e).__name__}: {e}")
-        choice = resp.choices[0]
-        logprobs = None
-        if r.logprobs and choice.logprobs and choice.logprobs.content:
-            logprobs = [
-                TokenLogprob(token=t.token, logprob=t.logprob, top={x.token: x.logprob for x in t.top_logprobs})
-                for t in choice.logprobs.content
-            ]
-        usage = resp.usage
         return Completion(
             text=choice.message.content or "",
             prompt_tokens=usage.prompt_tokens if usage else 0,

@@ -54,12 +54,13 @@ class VLLMBackend:
         from vllm import LLM
         from vllm.lora.request import LoRARequest
 
-        from fastvista.reaper import refuse_leftover_engines
+        from fastvista.reaper import refuse_leftover_engines, watch_children
 
         self.config = config
         path = resolve_model(config.model)
         self.name = f"vllm:{path}"
         refuse_leftover_engines()
+        watch_children()
         kv_bytes = config.kv_cache_memory_bytes
         if on_cpu():
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
