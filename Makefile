@@ -46,9 +46,9 @@ demo: install
 	$(BIN)/fastvista eval agreement $(DEMO)/student_scored/results.jsonl $(DEMO)/teacher/labelled.jsonl -o $(DEMO)/agreement.json
 	$(BIN)/fastvista eval gold $(DEMO)/student_scored/results.jsonl -o $(DEMO)/gold_student.json
 	$(BIN)/fastvista eval gold $(DEMO)/teacher/labelled.jsonl -o $(DEMO)/gold_teacher.json
-	$(BIN)/python -m evaluation.speed --model $(DEMO)/student/merged --input data/demo/topical_chat_demo.jsonl --skip-plain \
-		--speculative-tokens 0 --out $(DEMO)/speed
-	$(BIN)/python -m evaluation.report --agreement $(DEMO)/agreement.json --gold student=$(DEMO)/gold_student.json \
+	$(BIN)/fastvista eval speed -o $(DEMO)/speed --set model=$(DEMO)/student/merged \
+		--set data.input=data/demo/topical_chat_demo.jsonl --set skip_plain=true --set speculative_tokens=0
+	$(BIN)/fastvista eval report --agreement $(DEMO)/agreement.json --gold student=$(DEMO)/gold_student.json \
 		--gold teacher=$(DEMO)/gold_teacher.json --speed $(DEMO)/speed/speed.json \
 		--usage teacher=$(DEMO)/teacher/summary.json --usage student=$(DEMO)/student_scored/summary.json \
 		--out $(DEMO)/report.md --headline

@@ -1,6 +1,6 @@
 """Scorers side by side on human-labelled dialogues, one engine for all of them:
 
-    python -m evaluation.benchmark -c configs/eval/baselines_vllm_cpu.yaml \\
+    fastvista eval benchmark -c configs/eval/baselines_vllm_cpu.yaml \\
         --scorer q2 --scorer factscore --scorer judge \\
         --data q2=runs/eval_inputs/q2.jsonl@120 --data begin=runs/eval_inputs/begin_dev.jsonl@240 \\
         --out runs/baselines
@@ -14,7 +14,6 @@ Results go to OUT/SCORER/NAME/results.jsonl (resumable); benchmark.json and benc
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -71,15 +70,12 @@ def parse_data(item: str) -> tuple[str, str, int | None]:
     return name, path, int(n) if n else None
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-c", "--config", required=True, help="An eval config: backend and each scorer's settings.")
-    parser.add_argument("--scorer", action="append", required=True, choices=SCORERS)
-    parser.add_argument("--data", action="append", required=True, help="NAME=FILE.jsonl[@N] (repeatable).")
-    parser.add_argument("--out", type=Path, default=Path("runs/baselines"))
-    parser.add_argument("--set", dest="overrides", action="append", default=[], help="KEY=VALUE over the config.")
-    args = parser.parse_args(argv)
-    tree = load_config(args.config, args.overrides)
+def main(config_path: str, scorers: list[str], data: list[str], out: Path, overrides: list[str] | None = None) -> dict:
+    """Every scorer on every data set (NAME=FILE.jsonl[@N]), one engine; a table of their figures."""
+    unknown = sorted(set(scorers) - set(SCORERS))
+    if unknown:
+        raise ValueError(f"unknown scorer {unknown[0]!r}: one of {', '.join(SCORERS)}")
+    tree = load_config(config_path, overrides or [])
     tree.pop("data", None)
     backend = None
 
@@ -89,28 +85,25 @@ def main(argv=None) -> dict:
         return backend
 
     results: dict = {}
-    for item in args.data:
+    for item in data:
         name, path, n = parse_data(item)
         dialogues = load_dialogues(DataSelection(input=path, sample=n), None)
-        for scorer in args.scorer:
+        for scorer in scorers:
             config = EvalConfig.model_validate({**tree, "scorer": scorer})
-            out = args.out / scorer / name / "results.jsonl"
+            results_file = out / scorer / name / "results.jsonl"
             provenance = {"scorer": scorer, "model": config.backend.model if config.backend else None, "settings": config.settings()}
             start = time.perf_counter()
-            stats = run(dialogues, machine_for(config), shared_backend, out, max_active=config.max_active,
+            stats = run(dialogues, machine_for(config), shared_backend, results_file, max_active=config.max_active,
                         total=len(dialogues), provenance=provenance, desc=f"{scorer} on {name}")
             wall = time.perf_counter() - start if stats.labelled == len(dialogues) and stats.cached_calls == 0 else None
-            scored = read_scored(out, {d.id for d in dialogues})
+            scored = read_scored(results_file, {d.id for d in dialogues})
             results.setdefault(name, {})[scorer] = figures(scored, wall)
             if scorer == "q2":
                 results[name]["q2 w/o NLI"] = without_nli(scored, config.q2.threshold)
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "benchmark.json").write_text(json.dumps({"config": args.config, "results": results}, indent=2))
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "benchmark.json").write_text(json.dumps({"config": config_path, "results": results}, indent=2))
     text = table(results)
-    (args.out / "benchmark.md").write_text(text + "\n")
+    (out / "benchmark.md").write_text(text + "\n")
     print(text)
     return results
 
-
-if __name__ == "__main__":
-    main()

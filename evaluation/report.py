@@ -1,7 +1,7 @@
 """Assemble `report.md` from the evaluation's JSON outputs: agreement with the teacher, accuracy
 against human labels (each scorer beside the trivial baselines), and the measured speedup.
 
-    python -m evaluation.report --agreement runs/eval/agreement.json \\
+    fastvista eval report --agreement runs/eval/agreement.json \\
         --gold student=runs/eval/gold_student.json --gold teacher=runs/eval/gold_teacher.json \\
         --speed runs/speed/speed.json --usage teacher=runs/teacher/summary.json \\
         --usage student=runs/scored/summary.json --out runs/report.md
@@ -9,7 +9,6 @@ against human labels (each scorer beside the trivial baselines), and the measure
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -95,18 +94,12 @@ def headline_section(agreement: dict | None, golds: dict[str, dict], speed: dict
     return rows + [""]
 
 
-def main(argv=None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agreement", type=Path)
-    parser.add_argument("--gold", action="append", default=[], help="NAME=gold.json (repeatable)")
-    parser.add_argument("--speed", type=Path)
-    parser.add_argument("--usage", action="append", default=[], help="NAME=summary.json of a synth or score run (repeatable)")
-    parser.add_argument("--out", type=Path, default=Path("runs/report.md"))
-    parser.add_argument("--headline", action="store_true", help="Print only the headline table and where the report is.")
-    args = parser.parse_args(argv)
-    golds = {name: json.loads(Path(p).read_text()) for name, p in (g.split("=", 1) for g in args.gold)}
-    agreement = json.loads(args.agreement.read_text()) if args.agreement else None
-    speed = json.loads(args.speed.read_text()) if args.speed else None
+def main(out: Path, agreement_file: Path | None = None, gold: list[str] = (), speed_file: Path | None = None,
+         usage: list[str] = (), headline_only: bool = False) -> str:
+    """The report (markdown) from the evaluation's JSON outputs; NAME=FILE pairs for gold and usage."""
+    golds = {name: json.loads(Path(p).read_text()) for name, p in (g.split("=", 1) for g in gold)}
+    agreement = json.loads(Path(agreement_file).read_text()) if agreement_file else None
+    speed = json.loads(Path(speed_file).read_text()) if speed_file else None
     headline = headline_section(agreement, golds, speed)
     lines = ["# fastvista evaluation report", "", *headline]
     if agreement:
@@ -115,14 +108,11 @@ def main(argv=None) -> str:
         lines += gold_section(golds)
     if speed:
         lines += speed_section(speed)
-    if args.usage:
-        lines += usage_section({name: json.loads(Path(p).read_text()) for name, p in (u.split("=", 1) for u in args.usage)})
+    if usage:
+        lines += usage_section({name: json.loads(Path(p).read_text()) for name, p in (u.split("=", 1) for u in usage)})
     text = "\n".join(lines)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print("\n".join(headline) + f"\nfull report: {args.out}" if args.headline else text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print("\n".join(headline) + f"\nfull report: {out}" if headline_only else text)
     return text
 
-
-if __name__ == "__main__":
-    main()

@@ -1,9 +1,9 @@
 """Speed benchmark: the multi-call teacher against the single-pass student on the same engine,
 the same base model, the same hardware and the same dialogues.
 
-    python -m evaluation.speed --model runs/student/smollm2_cpu/merged \\
-        --window-model runs/student/smollm2_window/merged --window-turns 5 \\
-        --source jsonl --input runs/speed_input.jsonl --out runs/speed
+    fastvista eval speed -c configs/eval/speed_cpu.yaml -o runs/speed \\
+        --set model=runs/student/smollm2_cpu/merged --set data.input=runs/speed_input.jsonl \\
+        --set window_model=runs/student/smollm2_window/merged --set window_turns=5
 
 Configurations (each on vLLM with prefix caching unless said otherwise):
 - `teacher`: the shipped teacher settings (label scores from log-probabilities), batched
@@ -30,11 +30,13 @@ table and writes speed.json and speed.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import time
 from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, turn_result
@@ -146,35 +148,36 @@ def engine(model: str, args, **changes):
                                       kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30), **changes))
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="The per-turn student's merged weights (embedded name, folder or hub id); the teacher runs on them too.")
-    parser.add_argument("--window-model", help="A dialogue-level student's merged weights (trained on train_window.jsonl).")
-    parser.add_argument("--window-turns", type=int, default=5, help="Scored turns per call of the dialogue-level student.")
-    parser.add_argument("--teacher-config", default="configs/synth/teacher_vllm_cpu.yaml", help="Its teacher section gives the teacher's settings.")
-    parser.add_argument("--input", required=True)
-    parser.add_argument("--source", default="jsonl")
-    parser.add_argument("--limit", type=int)
-    parser.add_argument("--speculative-tokens", type=int, default=4, help="Draft tokens per step of n-gram speculation (0: skip those rows).")
-    parser.add_argument("--out", type=Path, default=Path("runs/speed"))
-    parser.add_argument("--max-model-len", type=int, default=4096)
-    parser.add_argument("--kv-cache-gb", type=float, default=1.5)
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--skip-plain", action="store_true", help="Skip the teacher without prefix caching (slowest row).")
-    parser.add_argument("--window-forced", action="store_true", help="Force the dialogue-level answers to the per-turn student's claims.")
-    parser.add_argument("--only", action="append", help="Run only these configurations (repeatable); others are kept from OUT/speed.json.")
-    parser.add_argument("--served", action="store_true", help="Also run teacher and student behind `vllm serve` (same weights and "
-                        "settings), in waves and on the continuous schedule.")
-    parser.add_argument("--port", type=int, default=8011, help="Port of the server that --served starts.")
-    parser.add_argument("--concurrency", type=int, default=64, help="Requests in flight to the server at most.")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    dialogues = load_dialogues(DataSelection(input=args.input, source=args.source, limit=args.limit), None)
+class SpeedConfig(BaseModel):
+    """The speed benchmark's settings (`fastvista eval speed -c configs/eval/speed_cpu.yaml`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str  # the per-turn student's merged weights (embedded name, folder or hub id); the teacher runs on them too
+    window_model: Optional[str] = None  # a dialogue-level student's merged weights (trained on train_window.jsonl)
+    window_turns: int = 5  # scored turns per call of the dialogue-level student
+    window_forced: bool = False  # force the dialogue-level answers to the per-turn student's claims
+    teacher_config: str = "configs/synth/teacher_vllm_cpu.yaml"  # its teacher section gives the teacher's settings
+    data: DataSelection
+    speculative_tokens: int = 4  # draft tokens per step of n-gram speculation (0: skip those rows)
+    max_model_len: int = 4096
+    kv_cache_gb: float = 1.5
+    dtype: str = "bfloat16"
+    skip_plain: bool = False  # skip the teacher without prefix caching (the slowest row)
+    only: list[str] = Field(default_factory=list)  # run only these rows; the others are kept from OUT/speed.json
+    served: bool = False  # also run teacher and student behind `vllm serve` (same weights and settings)
+    port: int = 8011  # of the server that `served` starts
+    concurrency: int = 64  # requests in flight to the server at most
+
+
+def main(args: SpeedConfig, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    dialogues = load_dialogues(args.data, None)
     ngram = {"method": "ngram", "num_speculative_tokens": args.speculative_tokens, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     student = StudentConfig(adapter=None)
     shipped = TeacherConfig.model_validate(load_config(args.teacher_config, []).get("teacher", {}))
     text_teacher = shipped.model_copy(update={"label_scores": False})
-    previous = args.out / "speed.json"
+    previous = out / "speed.json"
     configs: dict = json.loads(previous.read_text())["configurations"] if args.only and previous.exists() else {}
     engines: dict = {}
 
@@ -194,16 +197,16 @@ def main(argv=None) -> dict:
                 "student": lambda d: score_dialogue(d, student, True)}
     for name, machine in machines.items():
         if wanted(name):
-            configs[name] = measure(name, dialogues, machine, on("main", args.model), args.out)
+            configs[name] = measure(name, dialogues, machine, on("main", args.model), out)
     name = "prefill alone (the student prompts, answers replayed)"
     if wanted(name) and "student" in configs:
         recorded = student_turns()
-        configs[name] = measure(name, dialogues, lambda d: prompts_alone(d, recorded, student.history_turns), on("main", args.model), args.out)
+        configs[name] = measure(name, dialogues, lambda d: prompts_alone(d, recorded, student.history_turns), on("main", args.model), out)
     if not args.skip_plain and wanted("teacher, no prefix cache"):
         configs["teacher, no prefix cache"] = measure("teacher, no prefix cache", dialogues, machines["teacher (text labels)"],
-                                                      on("plain", args.model, enable_prefix_caching=False), args.out)
+                                                      on("plain", args.model, enable_prefix_caching=False), out)
     if args.speculative_tokens and wanted("student + n-gram"):
-        configs["student + n-gram"] = measure("student + n-gram", dialogues, machines["student"], on("ngram", args.model, speculative=ngram), args.out)
+        configs["student + n-gram"] = measure("student + n-gram", dialogues, machines["student"], on("ngram", args.model, speculative=ngram), out)
         configs["student + n-gram"]["identical"] = same_outputs(configs["student"]["results"], configs["student + n-gram"]["results"])
     if args.window_model:
         if args.window_forced:
@@ -215,22 +218,22 @@ def main(argv=None) -> dict:
             machine = lambda d: score_dialogue(d, window, True)  # noqa: E731
             base = "student, dialogue-level"
         if wanted(base):
-            configs[base] = measure(base, dialogues, machine, on("window", args.window_model), args.out)
+            configs[base] = measure(base, dialogues, machine, on("window", args.window_model), out)
         name = f"{base} + n-gram"
         if args.speculative_tokens and wanted(name):
-            configs[name] = measure(name, dialogues, machine, on("window ngram", args.window_model, speculative=ngram), args.out)
+            configs[name] = measure(name, dialogues, machine, on("window ngram", args.window_model, speculative=ngram), out)
             configs[name]["identical"] = same_outputs(configs[base]["results"], configs[name]["results"])
     served_rows = [(f"{who}, served, {schedule}", machines[who], schedule) for who in ("teacher", "student") for schedule in SCHEDULES]
     if args.served and any(wanted(name) for name, _, _ in served_rows):
         url = f"http://127.0.0.1:{args.port}/v1"
         cmd = serve_command(resolve_model(args.model), {}, port=args.port, max_model_len=args.max_model_len, dtype=args.dtype,
                             kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30))  # the in-process rows' settings
-        with running(cmd, url, args.out / "server.log"):
+        with running(cmd, url, out / "server.log"):
             backend = make_backend(BackendConfig(kind="openai", model=resolve_model(args.model), base_url=url,
                                                  concurrency=args.concurrency, timeout=600))
             for name, machine, schedule in served_rows:
                 if wanted(name):
-                    configs[name] = measure(name, dialogues, machine, backend, args.out, schedule)
+                    configs[name] = measure(name, dialogues, machine, backend, out, schedule)
     teachers = {k: v for k, v in configs.items() if k.startswith("teacher") and "no prefix" not in k}
     strongest = max(teachers, key=lambda k: teachers[k]["turns_per_second"])
     result = {
@@ -246,11 +249,8 @@ def main(argv=None) -> dict:
     result["best_student"] = best
     if "teacher, no prefix cache" in configs:
         result["speedup_over_plain_teacher"] = round(students[best]["turns_per_second"] / configs["teacher, no prefix cache"]["turns_per_second"], 2)
-    (args.out / "speed.json").write_text(json.dumps(result, indent=2))
-    (args.out / "speed.md").write_text(table(result) + "\n")
+    (out / "speed.json").write_text(json.dumps(result, indent=2))
+    (out / "speed.md").write_text(table(result) + "\n")
     print(table(result))
     return result
 
-
-if __name__ == "__main__":
-    main()

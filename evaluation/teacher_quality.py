@@ -1,6 +1,6 @@
 """Teacher quality benchmark: teacher settings side by side on human-labelled dialogues.
 
-    python -m evaluation.teacher_quality -c configs/synth/teacher_vllm_cpu.yaml \\
+    fastvista eval teacher-quality -c configs/synth/teacher_vllm_cpu.yaml \\
         --variants configs/eval/teacher_ablation.yaml --source vista \\
         -i $DATA/vista_human_dev.json --out runs/teacher_quality
 
@@ -14,7 +14,6 @@ of them are written to OUT/NAME/fitted.yaml. Prints a markdown table; writes qua
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -103,26 +102,16 @@ def table(rows: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-c", "--config", required=True, help="A synth config: its backend and teacher settings are the base.")
-    parser.add_argument("--variants", required=True, type=Path, help="YAML: variant name -> teacher settings over the base.")
-    parser.add_argument("--only", action="append", help="Run only these variants (repeatable).")
-    parser.add_argument("-i", "--input", required=True)
-    parser.add_argument("--source", default="jsonl")
-    parser.add_argument("--limit", type=int)
-    parser.add_argument("--sample", type=int, help="A seeded random sample of N dialogues.")
-    parser.add_argument("--folds", type=int, default=5, help="Folds (by dialogue) for the out-of-fold calibration figures.")
-    parser.add_argument("--out", type=Path, default=Path("runs/teacher_quality"))
-    parser.add_argument("--set", dest="overrides", action="append", default=[], help="KEY=VALUE over the config (e.g. backend.cache=null).")
-    args = parser.parse_args(argv)
-    tree = load_config(args.config, args.overrides)
+def main(config: str, variants_file: Path, data: DataSelection, out: Path, only: list[str] | None = None, folds: int = 5,
+         overrides: list[str] | None = None) -> dict:
+    """Each variant of `variants_file` (teacher settings over the config's) on `data`, one engine."""
+    tree = load_config(config, overrides or [])
     backend_config = BackendConfig.model_validate(tree["backend"])
-    variants = yaml.safe_load(args.variants.read_text())
-    unknown = set(args.only or []) - set(variants)
+    variants = yaml.safe_load(Path(variants_file).read_text())
+    unknown = set(only or []) - set(variants)
     if unknown:
-        parser.error(f"no such variant in {args.variants}: {', '.join(sorted(unknown))}")
-    dialogues = load_dialogues(DataSelection(input=args.input, source=args.source, limit=args.limit, sample=args.sample), None)
+        raise ValueError(f"no such variant in {variants_file}: {', '.join(sorted(unknown))}")
+    dialogues = load_dialogues(data, None)
     backend = None
 
     def shared_backend():
@@ -132,15 +121,12 @@ def main(argv=None) -> dict:
 
     rows = {}
     for name, settings in variants.items():
-        if args.only and name not in args.only:
+        if only and name not in only:
             continue
         teacher = TeacherConfig.model_validate({**tree.get("teacher", {}), **settings})
-        rows[name] = measure(name, teacher, dialogues, shared_backend, fingerprint(backend_config), args.out, args.folds)
-        (args.out / "quality.json").write_text(json.dumps({"model": backend_config.model, "input": args.input, "variants": rows}, indent=2))
-    (args.out / "quality.md").write_text(table(rows) + "\n")
+        rows[name] = measure(name, teacher, dialogues, shared_backend, fingerprint(backend_config), out, folds)
+        (out / "quality.json").write_text(json.dumps({"model": backend_config.model, "input": data.input, "variants": rows}, indent=2))
+    (out / "quality.md").write_text(table(rows) + "\n")
     print(table(rows))
     return rows
 
-
-if __name__ == "__main__":
-    main()

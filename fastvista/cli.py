@@ -311,6 +311,98 @@ def eval_run(
     report_run(summary, keys, out, "results.jsonl, summary.json, gold.json, skipped.jsonl, failed.jsonl")
 
 
+@eval_app.command("speed")
+def eval_speed(
+    config: Path = typer.Option(Path("configs/eval/speed_cpu.yaml"), "--config", "-c", help="YAML config (configs/eval/speed_cpu.yaml)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder: speed.json, speed.md and each row's results."),
+    only: List[str] = typer.Option([], help="Run only this row (repeatable); the others are kept from OUT/speed.json."),
+    set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set model=runs/student/x/merged --set data.input=FILE."),
+):
+    """Speed: the multi-call teacher against the single-pass student on the same engine, weights,
+    machine and dialogues; calls, tokens, turns/s and the ratios, in one run."""
+    from evaluation.speed import SpeedConfig, main
+    from fastvista.config import load_config
+
+    try:
+        tree = load_config(str(config), set_ + ([f"only={json.dumps(only)}"] if only else []))
+        main(SpeedConfig.model_validate(tree), out)
+    except RUN_ERRORS as e:
+        fail(str(e))
+
+
+@eval_app.command("teacher-quality")
+def eval_teacher_quality(
+    config: Path = typer.Option(..., "--config", "-c", help="A synth config: its backend and teacher settings are the base."),
+    variants: Path = typer.Option(..., help="YAML: variant name -> teacher settings over the base (configs/eval/teacher_ablation.yaml)."),
+    input: str = typer.Option(..., "--input", "-i", help="Human-labelled dialogues."),
+    source: str = typer.Option("jsonl", help=SOURCE_HELP),
+    out: Path = typer.Option(Path("runs/teacher_quality"), "--out", "-o", help="Output folder: OUT/VARIANT/labelled.jsonl, quality.json, quality.md."),
+    only: List[str] = typer.Option([], help="Run only this variant (repeatable)."),
+    limit: Optional[int] = typer.Option(None, help="The first N dialogues."),
+    sample: Optional[int] = typer.Option(None, help="A seeded random sample of N dialogues."),
+    folds: int = typer.Option(5, help="Folds (by dialogue) for the out-of-fold calibration figures."),
+    set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set backend.cache=null."),
+):
+    """Teacher settings side by side on human-labelled dialogues, one engine for all variants."""
+    from evaluation.teacher_quality import main
+    from fastvista.config import DataSelection
+
+    try:
+        main(str(config), variants, DataSelection(input=input, source=source, limit=limit, sample=sample), out, only, folds, set_)
+    except RUN_ERRORS as e:
+        fail(str(e))
+
+
+@eval_app.command("benchmark")
+def eval_benchmark(
+    config: Path = typer.Option(..., "--config", "-c", help="An eval config: backend and each scorer's settings (configs/eval/*.yaml)."),
+    scorer: List[str] = typer.Option(..., help="teacher | student | q2 | factscore | judge (repeatable)."),
+    data: List[str] = typer.Option(..., help="NAME=FILE.jsonl[@N]: all dialogues, or a seeded sample of N (repeatable)."),
+    out: Path = typer.Option(Path("runs/baselines"), "--out", "-o", help="Output folder: OUT/SCORER/NAME/results.jsonl, benchmark.json, benchmark.md."),
+    set_: List[str] = typer.Option([], "--set", help="Override any config key."),
+):
+    """Scorers side by side on human-labelled dialogues, one engine for all of them."""
+    from evaluation.benchmark import main
+
+    try:
+        main(str(config), scorer, data, out, set_)
+    except RUN_ERRORS as e:
+        fail(str(e))
+
+
+@eval_app.command("report")
+def eval_report(
+    out: Path = typer.Option(Path("runs/report.md"), "--out", "-o", help="The report (markdown)."),
+    agreement: Optional[Path] = typer.Option(None, help="agreement.json of `fastvista eval agreement`."),
+    gold: List[str] = typer.Option([], help="NAME=gold.json of `fastvista eval gold` (repeatable)."),
+    speed: Optional[Path] = typer.Option(None, help="speed.json of `fastvista eval speed`."),
+    usage: List[str] = typer.Option([], help="NAME=summary.json of a synth or score run (repeatable)."),
+    headline: bool = typer.Option(False, help="Print only the headline table and where the report is."),
+):
+    """One report from the evaluation's outputs: agreement, accuracy against human labels, speed, work per turn."""
+    from evaluation.report import main
+
+    try:
+        main(out, agreement, gold, speed, usage, headline)
+    except (OSError, ValueError, KeyError) as e:
+        fail(str(e))
+
+
+@app.command("merge")
+def merge(
+    adapter: Path = typer.Argument(..., help="Folder of a trained adapter (PEFT layout, as train/sft.py writes it)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the merged model (with the adapter's format.json)."),
+    dtype: str = typer.Option("auto", help="auto, bfloat16, float32..."),
+):
+    """Merge a trained LoRA adapter into its base model (for engines where LoRA is slow, e.g. vLLM on a CPU)."""
+    from train.merge import merge as merge_adapter
+
+    try:
+        typer.echo(f"merged model in {merge_adapter(adapter, out, dtype)}")
+    except (OSError, ValueError, RuntimeError) as e:
+        fail(str(e))
+
+
 @app.command("synth")
 def synth(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (configs/synth/*.yaml): backend, teacher settings, data."),

@@ -246,7 +246,6 @@ def test_hugging_face_reader_gives_spans_and_nli_gives_labels(tiny_step_models):
 
 
 def test_benchmark_compares_scorers_on_one_engine_and_derives_q2_without_nli(tmp_path):
-    from evaluation import benchmark
 
     records = tmp_path / "in.jsonl"
     texts = [("Paris is the capital of France.", "faithful"), ("Lyon is the capital of Spain.", "hallucinated"),
@@ -256,7 +255,10 @@ def test_benchmark_compares_scorers_on_one_engine_and_derives_q2_without_nli(tmp
     with FakeOpenAI() as server:
         config = tmp_path / "c.yaml"
         config.write_text(f"backend: {{kind: openai, model: scripted, base_url: '{server.url}', api_key_env: HOME}}\n")
-        results = benchmark.main(["-c", str(config), "--scorer", "q2", "--scorer", "judge", "--data", f"toy={records}@2", "--out", str(tmp_path / "b")])
+        result = CliRunner().invoke(app, ["eval", "benchmark", "-c", str(config), "--scorer", "q2", "--scorer", "judge",
+                                          "--data", f"toy={records}@2", "--out", str(tmp_path / "b")])
+        assert result.exit_code == 0, result.output
+        results = json.loads((tmp_path / "b/benchmark.json").read_text())["results"]
     assert set(results["toy"]) == {"q2", "q2 w/o NLI", "judge"}
     assert results["toy"]["judge"]["turns"] == 2 and results["toy"]["judge"]["calls_per_turn"] == 1.0
     assert results["toy"]["q2"]["calls_per_turn"] > 2  # questions, answers on both texts

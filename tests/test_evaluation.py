@@ -107,13 +107,13 @@ def test_report_tabulates_agreement_gold_and_speed(tmp_path):
              "strongest_teacher": 2.0, "configurations": {"teacher": row(2.0, 4.0), "teacher, no prefix cache": row(0.5, 4.0),
                                                           "student": row(7.0, 1.0)}}
     (tmp_path / "s.json").write_text(json.dumps(speed))
-    text = report.main(["--agreement", str(tmp_path / "a.json"), "--gold", f"teacher={tmp_path / 'g.json'}", "--speed", str(tmp_path / "s.json"), "--out", str(tmp_path / "r.md")])
+    text = report.main(tmp_path / "r.md", tmp_path / "a.json", [f"teacher={tmp_path / 'g.json'}"], tmp_path / "s.json")
     assert f"| {a['hallucinated_decision']['agreement']} / {a['hallucinated_decision']['kappa']} |" in text
     assert f"| {a['claims']['labels_on_aligned']['accuracy']} / {a['claims']['labels_on_aligned']['macro_f1']} |" in text
     assert "**Speedup: 3.5x**" in text and (tmp_path / "r.md").read_text() == text
     # each configuration against the strongest teacher and against the plain one
     assert "| student | 18 | 1.0 | 10 | 2 | 7 | 2.5714285714285716 | 7.0 | 3.50x | 14.00x |" in text
-    headline = report.main(["--speed", str(tmp_path / "s.json"), "--out", str(tmp_path / "h.md"), "--headline"])
+    headline = report.main(tmp_path / "h.md", speed_file=tmp_path / "s.json", headline_only=True)
     assert "| speedup: student over teacher (same engine, 18 turns) | **3.5x** |" in headline
 
 

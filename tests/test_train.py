@@ -95,10 +95,12 @@ def test_accelerate_launch_trains_saves_and_resumes(tmp_path, tiny_model, train_
     assert [p["step"] for p in resumed["loss"]][-2:] == [13, 14]
     adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), out)
     merged = AutoModelForCausalLM.from_pretrained(out / "merged")
-    # so does a merge made after training (python -m train.merge)
-    from train.merge import main as merge_main
+    # so does a merge made after training (fastvista merge)
+    from typer.testing import CliRunner
 
-    merge_main([str(out), "--out", str(tmp_path / "merged-later")])
+    from fastvista.cli import app
+
+    assert CliRunner().invoke(app, ["merge", str(out), "--out", str(tmp_path / "merged-later")]).exit_code == 0
     later = AutoModelForCausalLM.from_pretrained(tmp_path / "merged-later")
     with torch.no_grad():
         expected = adapted.generate(**ids, max_new_tokens=8, do_sample=False)

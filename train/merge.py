@@ -1,12 +1,11 @@
 """Merge a trained LoRA adapter into its base model and save the result (for engines where LoRA
 is slow, e.g. vLLM on CPU, whose LoRA kernels are plain PyTorch).
 
-    python -m train.merge runs/student/smollm2_cpu --out runs/student/smollm2_cpu/merged
+    fastvista merge runs/student/smollm2_cpu --out runs/student/smollm2_cpu/merged
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -28,16 +27,3 @@ def merge(adapter: Path, out: Path, dtype: str = "auto") -> Path:
     if fmt is not None:  # the merged student keeps the format it was trained with
         write_format(out, fmt)
     return out
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("adapter", type=Path, help="Folder of the trained adapter (PEFT layout).")
-    parser.add_argument("--out", type=Path, required=True, help="Folder for the merged model.")
-    parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float32...")
-    args = parser.parse_args(argv)
-    print(f"merged model in {merge(args.adapter, args.out, args.dtype)}")
-
-
-if __name__ == "__main__":
-    main()
