@@ -101,7 +101,7 @@ def tokens(text: str) -> list[str]:
 
 
 def token_f1(a: str, b: str) -> float:
-    """SQuAD-style token F1 between two strings."""
+    """Token F1 between two claims (their word tokens, case aside): how claims are aligned."""
     ta, tb = tokens(a), tokens(b)
     common = sum((Counter(ta) & Counter(tb)).values())
     if not ta or not tb or common == 0:

@@ -23,7 +23,7 @@ from fastvista.protocol import gather, usage_of
 from fastvista.scheduler import Schedule
 from fastvista.schema import Dialogue
 from fastvista.scoring import scored_dialogue
-from fastvista.single_pass import recent
+from fastvista.text import recent
 from evaluation.baselines.factscore import FactScoreConfig, factscore_turn
 from evaluation.baselines.judge import JudgeConfig, judge_turn
 from evaluation.baselines.q2 import Q2Config, q2_turn

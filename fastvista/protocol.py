@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from fastvista.llm import Backend, ChatRequest, Completion
 from fastvista.schema import Usage
-from fastvista.single_pass import FormatError
+from fastvista.text import FormatError
 
 T = TypeVar("T")
 Machine = Generator[list[ChatRequest], list[Completion], T]  # yields requests, receives completions, returns T

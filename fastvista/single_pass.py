@@ -11,18 +11,15 @@ that it cannot forge a label.
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
 from fastvista.labels import Label
 from fastvista.schema import Claim, Dialogue
+from fastvista.text import NONE, FormatError, escape_block, normalise_claim, recent, reference_block, render_history, render_store, split_lines
 
 SECTIONS = ("[KNOWLEDGE STORE]", "[REFERENCE]", "[HISTORY]", "[TURN]")
-NONE = "none"
 NO_CLAIMS = "NONE"
-ESCAPE = "\\"
-SPEAKERS = {"user": "User", "assistant": "Assistant"}
 HISTORY_TURNS = 8  # most recent turns the student sees as history
 
 SYSTEM_PROMPT = f"""You check the factuality of one assistant turn in a knowledge-grounded dialogue.
@@ -65,61 +62,8 @@ def output_regex(max_claims: int = MAX_CLAIMS, max_claim_chars: int = MAX_CLAIM_
 OUTPUT_REGEX = output_regex()
 
 
-class FormatError(ValueError):
-    """Model output that does not follow the single-pass format."""
 
 
-# Every line break a model or tokenizer may honour: exactly those of `str.splitlines`.
-LINE_BREAK = re.compile(r"\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
-# Characters a reader or tokenizer may not see (BERT's tokenizer drops Cc and Cf): they must not
-# hide what a line starts with.
-_INVISIBLE = {"Cc", "Cf", "Mn", "Me"}
-
-
-def split_lines(text: str) -> list[str]:
-    """The lines of `text` as a model may read them (empty last line kept, unlike splitlines)."""
-    return LINE_BREAK.split(text)
-
-
-def _skip_invisible(text: str) -> str:
-    i = 0
-    while i < len(text) and (text[i].isspace() or unicodedata.category(text[i]) in _INVISIBLE):
-        i += 1
-    return text[i:]
-
-
-def needs_escape(line: str) -> bool:
-    """Could the line be read as a header or an escape: its first visible character, read as
-    NFKC, is an opening bracket of any script (category Ps, so `[` and lookalikes) or `\\`."""
-    head = _skip_invisible(unicodedata.normalize("NFKC", _skip_invisible(line)))
-    return bool(head) and (unicodedata.category(head[0]) == "Ps" or head[0] == ESCAPE)
-
-
-def escape_block(text: str) -> str:
-    """Every line break as `\\n`, and every line that could pass for a header escaped."""
-    return "\n".join(ESCAPE + l if needs_escape(l) else l for l in split_lines(text))
-
-
-def one_line(text: str) -> str:
-    """Collapse all whitespace, every Unicode line break included, to single spaces."""
-    return " ".join(text.split())
-
-
-def normalise_claim(text: str) -> str:
-    """Claim text as the format allows it: one line, no `|`."""
-    return one_line(text.replace("|", "/").replace("\uff5c", "/"))
-
-
-def render_store(store: Sequence[str]) -> str:
-    if not store:
-        return NONE
-    return "\n".join(f"{i}. {normalise_claim(c)}" for i, c in enumerate(store, 1))
-
-
-def render_history(history: Sequence[tuple[str, str]]) -> str:
-    if not history:
-        return NONE
-    return "\n".join(f"{SPEAKERS[role]}: {one_line(text)}" for role, text in history)
 
 
 def render_user_message(
@@ -129,10 +73,9 @@ def render_user_message(
     turn: str,
 ) -> str:
     """The student's user message: store, reference, history (role, text) pairs, the turn."""
-    reference_block = escape_block(reference.strip()) if reference and reference.strip() else NONE
     blocks = (
         render_store(store),
-        reference_block,
+        reference_block(reference),
         render_history(history),
         escape_block(turn.strip()) or NONE,
     )
@@ -170,9 +113,6 @@ def student_messages(dialogue: Dialogue, index: int, store: Sequence[str], histo
     return render_messages(render_user_message(store, turn.reference, recent(history, history_turns), turn.text))
 
 
-def recent(history: Sequence[tuple[str, str]], history_turns: int) -> list[tuple[str, str]]:
-    """The last `history_turns` entries (none for 0)."""
-    return list(history[-history_turns:]) if history_turns else []
 
 
 def render_target(claims: Sequence[Claim]) -> str:

@@ -20,19 +20,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from fastvista.schema import Claim, Dialogue
-from fastvista.single_pass import (
-    MAX_CLAIM_CHARS,
-    MAX_CLAIMS,
-    NONE,
-    FormatError,
-    escape_block,
-    output_regex,
-    parse_output,
-    recent,
-    render_history,
-    render_store,
-    render_target,
-)
+from fastvista.single_pass import MAX_CLAIM_CHARS, MAX_CLAIMS, output_regex, parse_output, render_target
+from fastvista.text import NONE, FormatError, escape_block, recent, reference_block, render_history, render_store
 
 WINDOW_SYSTEM_PROMPT = """You check the factuality of the assistant turns marked [TURN 1], [TURN 2], ... \
 of a knowledge-grounded dialogue.
@@ -72,8 +61,7 @@ def window_message(dialogue: Dialogue, window: Sequence[int], store: Sequence[st
         turn = dialogue.turns[i]
         text = escape_block(turn.text.strip()) or NONE
         if i in marked:
-            reference = turn.reference.strip() if turn.reference and turn.reference.strip() else ""
-            blocks += [(f"[REFERENCE {marked[i]}]", escape_block(reference) or NONE), (f"[TURN {marked[i]}]", text)]
+            blocks += [(f"[REFERENCE {marked[i]}]", reference_block(turn.reference)), (f"[TURN {marked[i]}]", text)]
         else:
             blocks.append(("[USER]" if turn.role == "user" else "[ASSISTANT]", text))
     return "\n".join(f"{header}\n{block}" for header, block in blocks)

@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from fastvista.llm import Backend
 from fastvista.protocol import drive
 from fastvista.schema import TurnResult
-from fastvista.single_pass import recent, render_messages, render_user_message
+from fastvista.single_pass import render_messages, render_user_message
+from fastvista.text import recent
 from infer.student import StudentConfig, score_turn
 
 

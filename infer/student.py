@@ -25,8 +25,7 @@ from fastvista.memory import MAX_STORE_CLAIMS, initial_store, turn_result
 from fastvista.protocol import ScoringFailed, ask, usage_of
 from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult, Usage
 from fastvista.scoring import scored_dialogue
-from fastvista.single_pass import (HISTORY_TURNS, MAX_CLAIM_CHARS, MAX_CLAIMS, max_answer_chars, output_regex, parse_output,
-                                   student_messages)
+from fastvista.single_pass import HISTORY_TURNS, MAX_CLAIM_CHARS, MAX_CLAIMS, max_answer_chars, output_regex, parse_output, student_messages
 from fastvista.window_pass import parse_window_output, window_messages, window_regex, windows
 
 CHARS_PER_TOKEN = 2  # no tokenizer spends fewer than this many characters of English claims a token on average

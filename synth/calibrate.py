@@ -16,8 +16,9 @@ from sklearn.metrics import f1_score
 
 from fastvista.labels import UNVERIFIABLE_CLASSES, Label
 from fastvista.schema import ScoredDialogue
+from synth.pipeline import DECISION_ORDER, decide_many
 
-ORDER = (Label.VERIFIED, *UNVERIFIABLE_CLASSES)  # label index used in the arrays below
+ORDER = DECISION_ORDER  # label index used in the arrays below
 _UNSAFE = [ORDER.index(Label.CONTRADICTED), ORDER.index(Label.LACKING_EVIDENCE)]
 GRID = {
     "threshold": [round(float(x), 2) for x in np.arange(0.05, 0.96, 0.05)],
@@ -75,13 +76,8 @@ def claims_of(scored: list[ScoredDialogue]) -> Claims:
 
 
 def decide_all(c: Claims, threshold: float, bias: dict[Label, float]) -> np.ndarray:
-    """`synth.pipeline.decide` over arrays: label indices into ORDER."""
-    scores = c.log_classes + np.array([bias.get(l, 0.0) for l in UNVERIFIABLE_CLASSES])
-    only_speaker_classes = np.array([l not in (Label.OUT_OF_SCOPE, Label.ABSTENTION) for l in UNVERIFIABLE_CLASSES])
-    scores[np.ix_(c.speaker, only_speaker_classes)] = -np.inf
-    labels = 1 + scores.argmax(axis=1)
-    verified = ~c.speaker & (np.nan_to_num(c.p_verified, nan=-1.0) >= threshold)
-    return np.where(verified, 0, labels)
+    """The teacher's decision (`synth.pipeline.decide_many`) for every claim: indices into ORDER."""
+    return decide_many(c.p_verified, c.log_classes, c.speaker, threshold, bias)
 
 
 def turn_decisions(c: Claims, labels: np.ndarray) -> np.ndarray:

@@ -15,8 +15,9 @@ readable label raises ScoringFailed: the dialogue is reported, never given a fal
 
 from __future__ import annotations
 
-import math
 import re
+
+import numpy as np
 from collections.abc import Generator
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -27,7 +28,7 @@ from fastvista.memory import MAX_STORE_CLAIMS, initial_store, turn_result
 from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult
 from fastvista.scoring import scored_dialogue
 from fastvista.protocol import ScoringFailed, ask, usage_of
-from fastvista.single_pass import FormatError, normalise_claim, recent
+from fastvista.text import FormatError, earliest, first_token_distribution, normalise_claim, recent
 from synth import prompts
 
 
@@ -101,14 +102,6 @@ def parse_claims(text: str) -> list[str]:
     return claims
 
 
-def _first_word_of(text: str, words: dict[str, object]):
-    normalised = re.sub(r"[\s-]+", "_", text.upper())
-    hits = [(normalised.find(w), value) for w, value in words.items() if w in normalised]
-    if not hits:
-        raise Unreadable(f"no label in {text[:80]!r}")
-    return min(hits, key=lambda h: h[0])[1]
-
-
 _VERIFY_WORDS = {"UNVERIFIABLE": False, "NOT_VERIFIED": False, "VERIFIED": True}
 _CLASS_WORDS = {l.value: l for l in UNVERIFIABLE_CLASSES} | {"OUT_OF_SCOPE": Label.OUT_OF_SCOPE}
 # Every answer word starts with its own letter, so a first token tells them apart whatever the tokenizer.
@@ -116,39 +109,36 @@ _VERIFY_LETTERS = {"V": True, "U": False, "N": False}
 _CLASS_LETTERS = {l.value[0]: l for l in UNVERIFIABLE_CLASSES}
 
 
-def parse_verdict(text: str) -> bool:
+def parse_verification(text: str) -> bool:
     """True for VERIFIED, False for UNVERIFIABLE (the earliest of the words wins)."""
-    return _first_word_of(text, _VERIFY_WORDS)
+    return earliest(text, _VERIFY_WORDS, "label")
 
 
 def parse_class(text: str) -> Label:
-    return _first_word_of(text, _CLASS_WORDS)
+    return earliest(text, _CLASS_WORDS, "label")
 
 
-def first_token_distribution(completion: Completion, letters: dict[str, object]) -> dict | None:
-    """The answers' probabilities at the first token that holds a letter, each top token counted
-    for the answer word it begins; None without log-probabilities or when no top token fits."""
-    for step in completion.logprobs or []:
-        if not any(ch.isalpha() for ch in step.token):
-            continue
-        mass: dict = {}
-        for token, logprob in step.top.items():
-            head = token.strip().lstrip("\"'*`_").upper()[:1]
-            if head in letters:
-                mass[letters[head]] = mass.get(letters[head], 0.0) + math.exp(logprob)
-        total = sum(mass.values())
-        return {k: v / total for k, v in mass.items()} if total > 0 else None
-    return None
+DECISION_ORDER = (Label.VERIFIED, *UNVERIFIABLE_CLASSES)  # the label indices `decide_many` returns
+_NOT_FOR_SPEAKERS = np.array([l not in (Label.OUT_OF_SCOPE, Label.ABSTENTION) for l in UNVERIFIABLE_CLASSES])
+
+
+def decide_many(p_verified: np.ndarray, log_classes: np.ndarray, speaker: np.ndarray, threshold: float,
+                bias: dict[Label, float]) -> np.ndarray:
+    """VISTA's decision from the two questions' distributions, for many claims at once (indices
+    into DECISION_ORDER): VERIFIED when P(VERIFIED) (NaN: not asked) reaches the threshold, else
+    the most likely class after the bias (a speaker claim: OUT_OF_SCOPE or ABSTENTION only).
+    Pure, so thresholds can be fitted on stored distributions (synth/calibrate.py)."""
+    scores = log_classes + np.array([bias.get(l, 0.0) for l in UNVERIFIABLE_CLASSES])
+    scores[np.ix_(speaker, _NOT_FOR_SPEAKERS)] = -np.inf
+    verified = ~speaker & (np.nan_to_num(p_verified, nan=-1.0) >= threshold)
+    return np.where(verified, 0, 1 + scores.argmax(axis=1))
 
 
 def decide(p_verified: float | None, classes: dict[Label, float], speaker: bool, cfg: TeacherConfig) -> Label:
-    """VISTA's decision from the two questions' distributions: VERIFIED when P(VERIFIED) reaches
-    the threshold, else the most likely class after the bias (a speaker claim: OUT_OF_SCOPE or
-    ABSTENTION only). Pure, so thresholds can be fitted on stored distributions."""
-    if not speaker and p_verified is not None and p_verified >= cfg.verify_threshold:
-        return Label.VERIFIED
-    allowed = (Label.OUT_OF_SCOPE, Label.ABSTENTION) if speaker else UNVERIFIABLE_CLASSES
-    return max(allowed, key=lambda l: math.log(classes.get(l, 0.0) + 1e-9) + cfg.class_bias.get(l, 0.0))
+    """`decide_many` for one claim, its class distribution as a dict."""
+    log_classes = np.log(np.array([[classes.get(l, 0.0) for l in UNVERIFIABLE_CLASSES]]) + 1e-9)
+    p = np.array([np.nan if p_verified is None else p_verified])
+    return DECISION_ORDER[int(decide_many(p, log_classes, np.array([speaker]), cfg.verify_threshold, cfg.class_bias)[0])]
 
 
 def _mean(distributions: list[dict]) -> dict:
@@ -183,7 +173,7 @@ def label_claims(
     verify = [request(prompts.verify_messages(store, reference, claim_texts[i], cfg.few_shot, v)) for i in to_verify for v in range(cfg.votes)]
     classify = [request(prompts.classify_messages(store, reference, c, cfg.few_shot, v)) for c in claim_texts for v in range(cfg.votes)]
     # only the label word at the start is read: an answer that goes on past label_max_tokens is whole enough
-    answers = yield from ask(verify + classify, [parse_verdict] * len(verify) + [parse_class] * len(classify), cfg.retries,
+    answers = yield from ask(verify + classify, [parse_verification] * len(verify) + [parse_class] * len(classify), cfg.retries,
                              cfg.retry_temperature, completions, cut_ok=True)
     verify_answers, class_answers = answers[: len(verify)], answers[len(verify) :]
 

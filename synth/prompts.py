@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fastvista.single_pass import escape_block, normalise_claim, render_history, render_store
+from fastvista.text import escape_block, normalise_claim, reference_block, render_history, render_store
 
 PROMPTS_VERSION = "teacher-v1"
 SECTIONS = ("[HISTORY]", "[TURN]", "[KNOWLEDGE STORE]", "[REFERENCE]", "[CLAIM]")
@@ -147,9 +147,8 @@ def decompose_user(history: Sequence[tuple[str, str]], turn: str) -> str:
 
 
 def evidence_user(store: Sequence[str], reference: str | None, claim: str) -> str:
-    reference_block = escape_block(reference.strip()) if reference and reference.strip() else "none"
     return (
-        f"[KNOWLEDGE STORE]\n{render_store(store)}\n[REFERENCE]\n{reference_block}\n"
+        f"[KNOWLEDGE STORE]\n{render_store(store)}\n[REFERENCE]\n{reference_block(reference)}\n"
         f"[CLAIM]\n{escape_block(normalise_claim(claim))}"
     )
 

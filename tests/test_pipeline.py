@@ -7,7 +7,7 @@ from fastvista.labels import Label
 from fastvista.schema import Dialogue, Gold, GoldClaim, Turn
 from fastvista.single_pass import SYSTEM_PROMPT, parse_output, split_sections
 from synth import prompts
-from synth.pipeline import TeacherConfig, about_speaker, decide, label_dialogue, parse_claims, parse_class, parse_verdict
+from synth.pipeline import TeacherConfig, about_speaker, decide, label_dialogue, parse_claims, parse_class, parse_verification
 from fastvista.protocol import drive as run_machine
 from fastvista.protocol import ScoringFailed
 from fastvista.scheduler import run
@@ -146,9 +146,9 @@ def test_a_backend_error_fails_the_dialogue_at_once_without_sampling():
 def test_parsers_read_what_small_models_write():
     assert parse_claims("Claims:\n- A is B.\n2) C is D.\n* A is B.") == ["A is B.", "C is D."]
     assert parse_claims("NONE.") == []
-    assert parse_verdict("Answer: UNVERIFIABLE") is False
-    assert parse_verdict("verified.") is True
-    assert parse_verdict("Not verified") is False
+    assert parse_verification("Answer: UNVERIFIABLE") is False
+    assert parse_verification("verified.") is True
+    assert parse_verification("Not verified") is False
     assert parse_class("lacking evidence") is Label.LACKING_EVIDENCE
     assert parse_class("Out-of-scope, since") is Label.OUT_OF_SCOPE
 

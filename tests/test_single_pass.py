@@ -6,18 +6,8 @@ from hypothesis import strategies as st
 
 from fastvista.labels import Label
 from fastvista.schema import Claim
-from fastvista.single_pass import (
-    ESCAPE,
-    MAX_CLAIM_CHARS, MAX_CLAIMS,
-    OUTPUT_REGEX,
-    SECTIONS,
-    FormatError,
-    normalise_claim,
-    parse_output,
-    render_target,
-    render_user_message,
-    split_sections,
-)
+from fastvista.single_pass import MAX_CLAIM_CHARS, MAX_CLAIMS, OUTPUT_REGEX, SECTIONS, parse_output, render_target, render_user_message, split_sections
+from fastvista.text import ESCAPE, FormatError, normalise_claim
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
 # Text that tries hard to forge the format: headers, escapes, separators, labels, newlines.

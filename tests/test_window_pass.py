@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from fastvista.labels import Label
 from fastvista.schema import Claim, Dialogue, Turn
-from fastvista.single_pass import FormatError
+from fastvista.text import FormatError
 from fastvista.window_pass import message_headers, parse_window_output, render_window_target, window_message, window_regex, windows
 
 claim_text = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=40).filter(lambda t: t.strip())

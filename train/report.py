@@ -28,7 +28,8 @@ def plot_losses(record: dict, path: Path) -> None:
 def parse_rate(base: str, adapter: str, examples: list[dict], dtype: str | None) -> dict:
     """Greedy answers of the trained student to validation prompts: the share that parses."""
     from fastvista.llm import BackendConfig, ChatRequest, make_backend
-    from fastvista.single_pass import FormatError, parse_output
+    from fastvista.single_pass import parse_output
+    from fastvista.text import FormatError
 
     backend = make_backend(BackendConfig(kind="hf", model=base, dtype=dtype or "auto", lora_adapters={"student": adapter}))
     requests = [ChatRequest(messages=e["prompt"], max_tokens=256, lora="student") for e in examples]

@@ -14,7 +14,7 @@ from fastvista.llm import ChatRequest
 from fastvista.protocol import ScoringFailed, ask
 from fastvista.schema import Claim, TurnResult
 from fastvista.scoring import turn_score
-from fastvista.single_pass import FormatError, escape_block, normalise_claim
+from fastvista.text import earliest, escape_block, normalise_claim, reference_block
 from synth.pipeline import parse_claims  # the facts answer has the teacher's claim-list format
 
 FACTS_SYSTEM = """Break the [SENTENCE] into independent atomic facts: each one short, complete \
@@ -42,11 +42,8 @@ class FactScoreConfig(BaseModel):
 
 
 def parse_support(text: str) -> bool:
-    upper = text.strip().upper()
-    hits = [(upper.find(w), value) for w, value in (("TRUE", True), ("FALSE", False), ("YES", True), ("NO", False)) if w in upper]
-    if not hits:
-        raise FormatError(f"no True/False in {text[:80]!r}")
-    return min(hits)[1]
+    """True or False (or Yes or No): the earliest of the words wins."""
+    return earliest(text, {"TRUE": True, "FALSE": False, "YES": True, "NO": False}, "True/False")
 
 
 def facts_messages(sentence: str) -> list[dict]:
@@ -58,9 +55,8 @@ def facts_messages(sentence: str) -> list[dict]:
 
 
 def support_messages(reference: str | None, fact: str) -> list[dict]:
-    reference_block = escape_block(reference.strip()) if reference and reference.strip() else "none"
     return [{"role": "system", "content": SUPPORT_SYSTEM},
-            {"role": "user", "content": f"[REFERENCE]\n{reference_block}\n[FACT]\n{escape_block(normalise_claim(fact))}"}]
+            {"role": "user", "content": f"[REFERENCE]\n{reference_block(reference)}\n[FACT]\n{escape_block(normalise_claim(fact))}"}]
 
 
 def factscore_turn(text: str, reference: str | None, cfg: FactScoreConfig, nlp, completions: list):

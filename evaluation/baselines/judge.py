@@ -4,7 +4,6 @@ first token when the backend gives log-probabilities, else 1 or 0."""
 
 from __future__ import annotations
 
-import math
 import re
 
 from pydantic import BaseModel, ConfigDict
@@ -12,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from fastvista.llm import ChatRequest
 from fastvista.protocol import ScoringFailed, ask
 from fastvista.schema import TurnResult
-from fastvista.single_pass import FormatError, escape_block, render_history
+from fastvista.text import earliest, escape_block, first_token_distribution, reference_block, render_history
 
 JUDGE_SYSTEM = """You judge whether the assistant's last turn in a dialogue is faithful to the \
 [REFERENCE] it was given. FAITHFUL: every statement of fact in the [TURN] is supported by the \
@@ -31,43 +30,28 @@ class JudgeConfig(BaseModel):
     retry_temperature: float = 0.7
 
 
-def parse_verdict(text: str) -> tuple[bool, str]:
-    """(hallucinated, reason) from the judge's answer."""
-    upper = text.upper()
-    hits = [(upper.find(w), w) for w in ("HALLUCINATED", "UNFAITHFUL", "FAITHFUL") if w in upper]
-    if not hits:
-        raise FormatError(f"no verdict in {text[:80]!r}")
-    word = min(hits)[1]
+def parse_judgement(text: str) -> tuple[bool, str]:
+    """(hallucinated, reason) from the judge's answer: the earliest verdict word wins."""
+    hallucinated = earliest(text, {"HALLUCINATED": True, "UNFAITHFUL": True, "FAITHFUL": False}, "verdict")
     reason = " ".join(text.strip().split("\n")[1:]).strip()
-    return word != "FAITHFUL", re.sub(r"^reason\s*:\s*", "", reason, flags=re.I)
+    return hallucinated, re.sub(r"^reason\s*:\s*", "", reason, flags=re.I)
 
 
 def judge_messages(history, text: str, reference: str | None) -> list[dict]:
-    reference_block = escape_block(reference.strip()) if reference and reference.strip() else "none"
-    user = f"[REFERENCE]\n{reference_block}\n[HISTORY]\n{render_history(history)}\n[TURN]\n{escape_block(text.strip()) or 'none'}"
+    user = f"[REFERENCE]\n{reference_block(reference)}\n[HISTORY]\n{render_history(history)}\n[TURN]\n{escape_block(text.strip()) or 'none'}"
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
 
 def p_faithful(completion) -> float | None:
     """P(FAITHFUL) from the first token's alternatives (F... against H.../U...), if given."""
-    for step in completion.logprobs or []:
-        if not any(ch.isalpha() for ch in step.token):
-            continue
-        mass = {"F": 0.0, "H": 0.0}
-        for token, logprob in step.top.items():
-            head = token.strip().upper()[:1]
-            key = "H" if head == "U" else head
-            if key in mass:
-                mass[key] += math.exp(logprob)
-        total = mass["F"] + mass["H"]
-        return mass["F"] / total if total else None
-    return None
+    scores = first_token_distribution(completion, {"F": False, "H": True, "U": True})
+    return scores.get(False, 0.0) if scores else None
 
 
 def judge_turn(history, text: str, reference: str | None, cfg: JudgeConfig, completions: list):
     request = ChatRequest(messages=judge_messages(history, text, reference), max_tokens=cfg.max_tokens, logprobs=5)
     # the verdict is the first line: a reason cut at max_tokens still reads
-    [(value, error, completion)] = yield from ask([request], parse_verdict, cfg.retries, cfg.retry_temperature, completions, cut_ok=True)
+    [(value, error, completion)] = yield from ask([request], parse_judgement, cfg.retries, cfg.retry_temperature, completions, cut_ok=True)
     if value is None:
         raise ScoringFailed(f"judge: no verdict read ({error}); last answer {completion.text[:200]!r}")
     hallucinated, reason = value

@@ -43,7 +43,8 @@ def normalise(text: str) -> str:
     return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
 
 
-def token_f1(a: str, b: str) -> float:
+def answer_f1(a: str, b: str) -> float:
+    """SQuAD's answer F1 (lower case, no punctuation, no articles), as Q2 compares answer spans."""
     x, y = normalise(a).split(), normalise(b).split()
     common = sum((Counter(x) & Counter(y)).values())
     if not x or not y or common == 0:
@@ -65,7 +66,7 @@ def question_score(candidate: str, knowledge_answer: str, nli_label: str | None,
     """One valid question's score."""
     if knowledge_answer == NO_ANSWER:
         return 0.0
-    f1 = token_f1(candidate, knowledge_answer)
+    f1 = answer_f1(candidate, knowledge_answer)
     if f1 == 1.0 or not use_nli or nli_label is None:
         return f1
     return {"entailment": 1.0, "contradiction": 0.0}.get(nli_label, f1)

@@ -16,7 +16,7 @@ from functools import cached_property
 
 from fastvista.llm import ChatRequest, Completion
 from fastvista.protocol import ScoringFailed, ask
-from fastvista.single_pass import FormatError, escape_block
+from fastvista.text import FormatError, earliest, escape_block
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 NO_ANSWER = ""
@@ -56,11 +56,8 @@ def parse_answer(text: str) -> str:
 
 
 def parse_nli(text: str) -> str:
-    upper = text.upper()
-    hits = [(upper.find(l.upper()), l) for l in NLI_LABELS if l.upper() in upper]
-    if not hits:
-        raise FormatError(f"no NLI label in {text[:80]!r}")
-    return min(hits)[1]
+    """entailment, neutral or contradiction: the earliest of the words wins."""
+    return earliest(text, {l.upper(): l for l in NLI_LABELS}, "NLI label")
 
 
 class LLMSteps:
