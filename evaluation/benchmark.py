@@ -19,9 +19,9 @@ import statistics
 import time
 from pathlib import Path
 
-from evaluation.compare import against_gold
-from evaluation.metrics import accuracy, separation
-from evaluation.scorers import SCORERS, EvalConfig, backend_factory, machine_for
+from fastvista.evaluation.compare import against_gold
+from fastvista.evaluation.metrics import accuracy, separation
+from fastvista.evaluation.scorers import SCORERS, EvalConfig, backend_factory, machine_for
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.records_io import read_scored
 from fastvista.scheduler import run

@@ -13,7 +13,7 @@ import numpy as np
 
 from fastvista.schema import ScoredDialogue, TurnResult
 from fastvista.scoring import is_unattributed, system_scores
-from evaluation.metrics import accuracy, separation, align, correlation, decision_agreement, label_report, token_f1_matrix
+from fastvista.evaluation.metrics import accuracy, separation, align, correlation, decision_agreement, label_report, token_f1_matrix
 
 Similarity = Callable[[Sequence[str], Sequence[str]], np.ndarray]
 

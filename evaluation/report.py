@@ -63,7 +63,7 @@ def gold_section(golds: dict[str, dict]) -> list[str]:
 
 
 def speed_section(s: dict) -> list[str]:
-    from evaluation.speed import table
+    from fastvista.evaluation.speed import table
 
     return ["## Speed (same engine, same base model, same dialogues)", "", table(s), "",
             f"**Speedup: {s['speedup']}x** ({s['best_student']} over {s['strongest_teacher_name']}, turns/s).", ""]

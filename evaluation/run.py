@@ -10,8 +10,8 @@ from fastvista.config import DataSelection, selected
 from fastvista.llm import fingerprint
 from fastvista.scheduler import locked_folder, read_failed, run_to_folder
 from fastvista.summary import summarise
-from evaluation.compare import against_gold
-from evaluation.scorers import EvalConfig, backend_factory, machine_for
+from fastvista.evaluation.compare import against_gold
+from fastvista.evaluation.scorers import EvalConfig, backend_factory, machine_for
 
 
 @locked_folder

@@ -24,12 +24,12 @@ from fastvista.scheduler import Schedule
 from fastvista.schema import Dialogue
 from fastvista.scoring import scored_dialogue
 from fastvista.text import recent
-from evaluation.baselines.factscore import FactScoreConfig, factscore_turn
-from evaluation.baselines.judge import JudgeConfig, judge_turn
-from evaluation.baselines.q2 import Q2Config, q2_turn
-from evaluation.baselines.steps import HFSteps, LLMSteps, Spacy
-from infer.student import StudentConfig, score_dialogue
-from synth.pipeline import TeacherConfig, label_dialogue
+from fastvista.evaluation.baselines.factscore import FactScoreConfig, factscore_turn
+from fastvista.evaluation.baselines.judge import JudgeConfig, judge_turn
+from fastvista.evaluation.baselines.q2 import Q2Config, q2_turn
+from fastvista.evaluation.baselines.steps import HFSteps, LLMSteps, Spacy
+from fastvista.infer.student import StudentConfig, score_dialogue
+from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 
 SCORERS = ("teacher", "student", "q2", "factscore", "judge")
 Scorer = Literal["teacher", "student", "q2", "factscore", "judge"]

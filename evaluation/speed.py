@@ -49,9 +49,9 @@ from fastvista.models import resolve_model
 from fastvista.scoring import scored_dialogue
 from fastvista.single_pass import student_messages
 from fastvista.window_pass import render_window_target, window_messages, windows
-from infer.serve import running, serve_command
-from infer.student import StudentConfig, score_dialogue
-from synth.pipeline import TeacherConfig, label_dialogue
+from fastvista.infer.serve import running, serve_command
+from fastvista.infer.student import StudentConfig, score_dialogue
+from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 
 
 def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "waves") -> dict:

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import yaml
 
-from evaluation.compare import against_gold
+from fastvista.evaluation.compare import against_gold
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.llm import BackendConfig, fingerprint, make_backend
 from fastvista.records_io import read_scored
 from fastvista.scheduler import run
-from synth import calibrate
-from synth.pipeline import TeacherConfig, label_dialogue
-from synth.prompts import PROMPTS_VERSION
+from fastvista.synth import calibrate
+from fastvista.synth.pipeline import TeacherConfig, label_dialogue
+from fastvista.synth.prompts import PROMPTS_VERSION
 
 
 def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, weights: dict, out: Path, folds: int) -> dict:

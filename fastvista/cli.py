@@ -59,11 +59,11 @@ def write_report(report: dict, out: Optional[Path]) -> None:
 
 def similarity_function(name: str):
     if name == "token_f1":
-        from evaluation.metrics import token_f1_matrix
+        from fastvista.evaluation.metrics import token_f1_matrix
 
         return token_f1_matrix
     if name == "embedding":
-        from evaluation.embedding import embedding_matrix
+        from fastvista.evaluation.embedding import embedding_matrix
 
         return embedding_matrix
     fail(f"unknown similarity {name!r}: token_f1 or embedding")
@@ -79,7 +79,7 @@ def eval_agreement(
 ):
     """Agreement with the teacher: turn, dialogue and system score correlations (Pearson and
     Spearman with bootstrap 95% intervals), hallucination decisions (kappa), aligned claim labels."""
-    from evaluation.compare import agreement
+    from fastvista.evaluation.compare import agreement
 
     write_report(agreement(read_scored(scorer), read_scored(teacher), similarity_function(similarity), threshold), out)
 
@@ -95,7 +95,7 @@ def eval_gold(
 ):
     """Accuracy against human labels: turn decisions per source, and claim labels where humans
     wrote claims (VISTA's re-annotation)."""
-    from evaluation.compare import READINGS, against_gold
+    from fastvista.evaluation.compare import READINGS, against_gold
 
     if reading not in READINGS:
         fail(f"unknown reading {reading!r}: one of {', '.join(READINGS)}")
@@ -110,7 +110,7 @@ def eval_injection(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
 ):
     """How often an instruction inside the turn or the reference changes the scorer's decision."""
-    from evaluation.injection import injection_report
+    from fastvista.evaluation.injection import injection_report
 
     write_report(injection_report(read_scored(scored)), out)
 
@@ -196,7 +196,7 @@ def data_corpus(
     """The student's corpus inputs: dialogues no evaluation set uses, split by dialogue id into
     train / validation / test, in a seeded order so that any prefix is a fair sample to label."""
     from fastvista.records_io import RecordError, read_dialogues, write_jsonl
-    from synth.corpus import build
+    from fastvista.synth.corpus import build
 
     try:
         sets = [(item.split("=", 1)[0], Path(item.split("=", 1)[1])) for item in evaluation]
@@ -217,7 +217,7 @@ def data_injection_probe(
 ):
     """Build the injection probe: turns and references that instruct the scorer. Score the file
     with any scorer, then `fastvista eval injection RESULTS`."""
-    from evaluation.injection import probe_dialogues
+    from fastvista.evaluation.injection import probe_dialogues
     from fastvista.records_io import RecordError, read_dialogues, write_jsonl
 
     try:
@@ -292,8 +292,8 @@ def eval_run(
 ):
     """Run any scorer, the baselines included, on a dialogue file; where the data have human
     labels, also report accuracy (gold.json). Re-running resumes."""
-    from evaluation.run import main
-    from evaluation.scorers import SCORERS
+    from fastvista.evaluation.run import main
+    from fastvista.evaluation.scorers import SCORERS
     from fastvista.config import load_config
 
     if scorer not in SCORERS:
@@ -320,7 +320,7 @@ def eval_speed(
 ):
     """Speed: the multi-call teacher against the single-pass student on the same engine, weights,
     machine and dialogues; calls, tokens, turns/s and the ratios, in one run."""
-    from evaluation.speed import SpeedConfig, main
+    from fastvista.evaluation.speed import SpeedConfig, main
     from fastvista.config import load_config
 
     try:
@@ -344,7 +344,7 @@ def eval_teacher_quality(
     set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set backend.cache=null."),
 ):
     """Teacher settings side by side on human-labelled dialogues, one engine for all variants."""
-    from evaluation.teacher_quality import main
+    from fastvista.evaluation.teacher_quality import main
     from fastvista.config import DataSelection
 
     try:
@@ -362,7 +362,7 @@ def eval_benchmark(
     set_: List[str] = typer.Option([], "--set", help="Override any config key."),
 ):
     """Scorers side by side on human-labelled dialogues, one engine for all of them."""
-    from evaluation.benchmark import main
+    from fastvista.evaluation.benchmark import main
 
     try:
         main(str(config), scorer, data, out, set_)
@@ -380,7 +380,7 @@ def eval_report(
     headline: bool = typer.Option(False, help="Print only the headline table and where the report is."),
 ):
     """One report from the evaluation's outputs: agreement, accuracy against human labels, speed, work per turn."""
-    from evaluation.report import main
+    from fastvista.evaluation.report import main
 
     try:
         main(out, agreement, gold, speed, usage, headline)
@@ -395,7 +395,7 @@ def merge(
     dtype: str = typer.Option("auto", help="auto, bfloat16, float32..."),
 ):
     """Merge a trained LoRA adapter into its base model (for engines where LoRA is slow, e.g. vLLM on a CPU)."""
-    from train.merge import merge as merge_adapter
+    from fastvista.train.merge import merge as merge_adapter
 
     try:
         typer.echo(f"merged model in {merge_adapter(adapter, out, dtype)}")
@@ -423,7 +423,7 @@ def synth(
     finished LLM call is answered from the cache.
     """
     from fastvista.config import load_config
-    from synth.run import main
+    from fastvista.synth.run import main
 
     overrides = list(set_)
     for key, value in [("data.input", input), ("data.source", source), ("data.limit", limit),
@@ -457,7 +457,7 @@ def score(
     resumes: dialogues already in results.jsonl are kept.
     """
     from fastvista.config import load_config
-    from infer.run import main
+    from fastvista.infer.run import main
 
     overrides = list(set_)
     for key, value in [("data.input", input), ("data.source", source), ("data.limit", limit)]:
@@ -470,7 +470,7 @@ def score(
     if not quiet:
         from rich.console import Console
 
-        from infer.report import terminal_table
+        from fastvista.infer.report import terminal_table
 
         Console().print(terminal_table(scored))
     keys = ["dialogues", "scored_turns", "claims_per_turn", "label_distribution", "system_scores", "gold_turn_accuracy", "failed_dialogues"]
@@ -504,7 +504,7 @@ def serve(
     """
     from fastvista.llm import ConfigError
     from fastvista.models import ModelError, resolve_model
-    from infer.serve import cpu_kv_bytes, exposed_without_key, running, serve_command
+    from fastvista.infer.serve import cpu_kv_bytes, exposed_without_key, running, serve_command
 
     if exposed_without_key(host, api_key):
         typer.secho(f"warning: serving on {host} without --api-key: anyone who can reach this machine can use the model",

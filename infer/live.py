@@ -24,7 +24,7 @@ from fastvista.protocol import drive
 from fastvista.schema import TurnResult
 from fastvista.single_pass import render_messages, render_user_message
 from fastvista.text import recent
-from infer.student import StudentConfig, score_turn
+from fastvista.infer.student import StudentConfig, score_turn
 
 
 class DialogueState(BaseModel):

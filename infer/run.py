@@ -14,8 +14,8 @@ from fastvista.llm import BackendConfig, fingerprint, make_checked_backend
 from fastvista.scheduler import Schedule, locked_folder, run_to_folder
 from fastvista.schema import ScoredDialogue
 from fastvista.summary import summarise
-from infer.report import write_html
-from infer.student import StudentConfig, score_dialogue
+from fastvista.infer.report import write_html
+from fastvista.infer.student import StudentConfig, score_dialogue
 
 
 class ScoreConfig(BaseModel):

@@ -16,7 +16,7 @@ from sklearn.metrics import f1_score
 
 from fastvista.labels import UNVERIFIABLE_CLASSES, Label
 from fastvista.schema import ScoredDialogue
-from synth.pipeline import DECISION_ORDER, decide_many
+from fastvista.synth.pipeline import DECISION_ORDER, decide_many
 
 ORDER = DECISION_ORDER  # label index used in the arrays below
 _UNSAFE = [ORDER.index(Label.CONTRADICTED), ORDER.index(Label.LACKING_EVIDENCE)]

@@ -29,7 +29,7 @@ from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult
 from fastvista.scoring import scored_dialogue
 from fastvista.protocol import ScoringFailed, ask, usage_of
 from fastvista.text import FormatError, earliest, first_token_distribution, normalise_claim, recent
-from synth import prompts
+from fastvista.synth import prompts
 
 
 class TeacherConfig(BaseModel):

@@ -15,9 +15,9 @@ from fastvista.records_io import write_jsonl
 from fastvista.scheduler import Schedule, locked_folder, run_to_folder
 from fastvista.single_pass import HISTORY_TURNS
 from fastvista.summary import summarise
-from synth.pipeline import TeacherConfig, label_dialogue
-from synth.prompts import PROMPTS_VERSION
-from synth.training_set import training_examples, window_examples
+from fastvista.synth.pipeline import TeacherConfig, label_dialogue
+from fastvista.synth.prompts import PROMPTS_VERSION
+from fastvista.synth.training_set import training_examples, window_examples
 
 
 class SynthConfig(BaseModel):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fastvista.llm import ChatRequest, Completion
 from fastvista.single_pass import split_sections
-from synth import prompts
+from fastvista.synth import prompts
 
 
 def _sections(message: str) -> dict[str, str]:
@@ -16,7 +16,7 @@ def _sections(message: str) -> dict[str, str]:
 
 def baseline_answer(system: str, message: str) -> str | None:
     """The baselines' steps by rule (None: not a baseline prompt)."""
-    from evaluation.baselines import factscore, judge, steps
+    from fastvista.evaluation.baselines import factscore, judge, steps
 
     if system not in (steps.QG_SYSTEM, steps.QA_SYSTEM, steps.NLI_SYSTEM, factscore.FACTS_SYSTEM, factscore.SUPPORT_SYSTEM, judge.JUDGE_SYSTEM):
         return None

@@ -9,10 +9,10 @@ from fastvista.labels import Label
 from fastvista.llm import Completion, TokenLogprob
 from fastvista.protocol import ScoringFailed, drive
 from fastvista.schema import Dialogue, Gold, Turn
-from evaluation.baselines import q2
-from evaluation.baselines.judge import p_faithful
-from evaluation.baselines.steps import NO_ANSWER, Spacy, parse_answer, parse_nli, parse_question
-from evaluation.scorers import EvalConfig, machine_for
+from fastvista.evaluation.baselines import q2
+from fastvista.evaluation.baselines.judge import p_faithful
+from fastvista.evaluation.baselines.steps import NO_ANSWER, Spacy, parse_answer, parse_nli, parse_question
+from fastvista.evaluation.scorers import EvalConfig, machine_for
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedBackend
 
@@ -234,7 +234,7 @@ def test_q2_with_hugging_face_models_needs_no_llm(tiny_step_models):
 
 
 def test_hugging_face_reader_gives_spans_and_nli_gives_labels(tiny_step_models):
-    from evaluation.baselines.steps import HFSteps
+    from fastvista.evaluation.baselines.steps import HFSteps
 
     steps = HFSteps(str(tiny_step_models["qg"]), str(tiny_step_models["qa"]), str(tiny_step_models["nli"]), batch_size=2)
     texts = ["Paris is the capital of France.", "The Seine flows through Paris and Rouen.", "Cats sleep a lot."]

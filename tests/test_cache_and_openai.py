@@ -2,7 +2,7 @@ from fastvista.llm import BackendConfig, ChatRequest, Completion, make_backend
 from fastvista.llm.cache import CachedBackend
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedBackend
-from synth import prompts
+from fastvista.synth import prompts
 
 
 def verify_request(claim: str, temperature: float = 0.0) -> ChatRequest:

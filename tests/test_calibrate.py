@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from fastvista.labels import UNVERIFIABLE_CLASSES, Label
-from synth import calibrate
-from synth.pipeline import TeacherConfig, decide
+from fastvista.synth import calibrate
+from fastvista.synth.pipeline import TeacherConfig, decide
 
 
 def synthetic(n_turns: int = 40, seed: int = 0) -> calibrate.Claims:

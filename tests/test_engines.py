@@ -8,8 +8,8 @@ from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.records_io import write_jsonl
 from fastvista.schema import ScoredDialogue
 from fastvista.single_pass import parse_output
-from synth.pipeline import TeacherConfig, label_dialogue
-from synth.run import main
+from fastvista.synth.pipeline import TeacherConfig, label_dialogue
+from fastvista.synth.run import main
 from fastvista.scheduler import run
 from tests.test_pipeline import museum_dialogue
 

@@ -11,14 +11,14 @@ import unicodedata
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evaluation.baselines.factscore import facts_messages, support_messages
-from evaluation.baselines.judge import judge_messages
-from evaluation.baselines.steps import _block
+from fastvista.evaluation.baselines.factscore import facts_messages, support_messages
+from fastvista.evaluation.baselines.judge import judge_messages
+from fastvista.evaluation.baselines.steps import _block
 from fastvista.schema import Dialogue, Turn
 from fastvista.single_pass import SECTIONS, render_user_message
 from fastvista.text import ESCAPE, LINE_BREAK, escape_block, one_line
 from fastvista.window_pass import window_message
-from synth import prompts
+from fastvista.synth import prompts
 
 BREAKS = ["\n", "\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 FORMAT = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad"]

@@ -3,13 +3,13 @@ import math
 import numpy as np
 import pytest
 
-from evaluation.compare import against_gold, agreement
-from evaluation.metrics import align, correlation, decision_agreement, label_report, token_f1
+from fastvista.evaluation.compare import against_gold, agreement
+from fastvista.evaluation.metrics import align, correlation, decision_agreement, label_report, token_f1
 from fastvista.labels import Label
 from fastvista.protocol import drive
 
-from infer.student import StudentConfig, score_dialogue
-from synth.pipeline import TeacherConfig, label_dialogue
+from fastvista.infer.student import StudentConfig, score_dialogue
+from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 from tests.scripted import ScriptedBackend, ScriptedStudent
 from tests.test_pipeline import museum_dialogue
 
@@ -82,7 +82,7 @@ def test_against_gold_counts_unlabelled_turns():
 
 
 def test_embedding_similarity_prefers_paraphrases():
-    from evaluation.embedding import embedding_matrix
+    from fastvista.evaluation.embedding import embedding_matrix
 
     sim = embedding_matrix(["The Louvre is located in Paris."], ["The museum called the Louvre is in Paris, France.", "Cats sleep fifteen hours a day."])
     assert sim.shape == (1, 2) and sim[0, 0] > 0.6 > sim[0, 1]
@@ -91,7 +91,7 @@ def test_embedding_similarity_prefers_paraphrases():
 def test_report_tabulates_agreement_gold_and_speed(tmp_path):
     import json
 
-    from evaluation import report
+    from fastvista.evaluation import report
 
     dialogues = [museum_dialogue(i) for i in range(6)]
     teacher = [drive(label_dialogue(d, TeacherConfig()), ScriptedBackend()) for d in dialogues]
@@ -121,8 +121,8 @@ def test_forced_windows_ask_for_exactly_the_per_turn_claims():
     import re
 
     from fastvista.llm import Completion
-    from evaluation.speed import forced_windows, literal_regex
-    from infer.student import score_dialogue as student_machine
+    from fastvista.evaluation.speed import forced_windows, literal_regex
+    from fastvista.infer.student import score_dialogue as student_machine
     from tests.test_student import long_chat
 
     per_turn = drive(student_machine(long_chat(), StudentConfig(), True), ScriptedStudent())
@@ -148,8 +148,8 @@ def test_forced_windows_ask_for_exactly_the_per_turn_claims():
 
 
 def test_prompts_alone_replays_the_students_very_prompts_for_one_token():
-    from evaluation.speed import prompts_alone
-    from infer.student import score_dialogue as student_machine
+    from fastvista.evaluation.speed import prompts_alone
+    from fastvista.infer.student import score_dialogue as student_machine
     from tests.test_student import long_chat
 
     student = ScriptedStudent()

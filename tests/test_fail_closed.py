@@ -19,8 +19,8 @@ from fastvista.records_io import RecordError, write_jsonl
 from fastvista.protocol import ScoringFailed, drive
 from fastvista.scheduler import finished, folder_lock
 from fastvista.schema import Dialogue, Turn
-from synth import prompts
-from synth.pipeline import TeacherConfig, label_dialogue
+from fastvista.synth import prompts
+from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 from tests.fake_openai import FakeOpenAI
 from tests.scripted import ScriptedBackend
 from tests.test_pipeline import museum_dialogue
@@ -223,7 +223,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_serve_warns_about_an_open_host_without_a_key_and_refuses_a_busy_port():
-    from infer.serve import exposed_without_key, running
+    from fastvista.infer.serve import exposed_without_key, running
 
     assert exposed_without_key("0.0.0.0", None) and not exposed_without_key("0.0.0.0", "k") and not exposed_without_key("127.0.0.1", None)
     with FakeOpenAI() as server, pytest.raises(RuntimeError, match="already answers"):
@@ -232,7 +232,7 @@ def test_serve_warns_about_an_open_host_without_a_key_and_refuses_a_busy_port():
 
 
 def test_the_injection_probe_counts_decisions_an_instruction_changed():
-    from evaluation.injection import INSTRUCTIONS, injection_report, probe_dialogues
+    from fastvista.evaluation.injection import INSTRUCTIONS, injection_report, probe_dialogues
 
     probes = probe_dialogues([museum_dialogue(i) for i in range(4)])
     assert len(probes) == 4 * (1 + len(INSTRUCTIONS))
@@ -249,7 +249,7 @@ def test_the_injection_probe_counts_decisions_an_instruction_changed():
 
 def test_score_refuses_a_student_trained_with_another_format(tmp_path):
     from fastvista.contract import FormatMismatch, StudentFormat, write_format
-    from infer.run import ScoreConfig, check_student_format
+    from fastvista.infer.run import ScoreConfig, check_student_format
 
     merged = tmp_path / "merged"
     write_format(merged, StudentFormat(history_turns=4, max_store_claims=64))
@@ -266,7 +266,7 @@ def test_score_refuses_a_student_trained_with_another_format(tmp_path):
 
 def test_the_training_set_records_its_format_and_training_refuses_mixed_formats(tmp_path):
     from fastvista.contract import FormatMismatch, StudentFormat, format_of_examples
-    from synth.training_set import training_examples
+    from fastvista.synth.training_set import training_examples
 
     fmt = StudentFormat(history_turns=2, max_store_claims=64)
     examples = training_examples(drive(label_dialogue(museum_dialogue(0), TeacherConfig()), ScriptedBackend()), fmt)
@@ -281,10 +281,10 @@ def test_the_training_set_records_its_format_and_training_refuses_mixed_formats(
                                        and "sft" not in str(p) and "teacher_ablation" not in str(p)))
 def test_every_shipped_config_is_valid(path):
     from fastvista.config import load_config
-    from evaluation.scorers import EvalConfig
-    from evaluation.speed import SpeedConfig
-    from infer.run import ScoreConfig
-    from synth.run import SynthConfig
+    from fastvista.evaluation.scorers import EvalConfig
+    from fastvista.evaluation.speed import SpeedConfig
+    from fastvista.infer.run import ScoreConfig
+    from fastvista.synth.run import SynthConfig
 
     tree = load_config(path, [])
     if path.endswith("speed_cpu.yaml"):

@@ -6,15 +6,15 @@ import pytest
 from fastvista.labels import Label
 from fastvista.schema import Dialogue, Gold, GoldClaim, Turn
 from fastvista.single_pass import SYSTEM_PROMPT, parse_output, split_sections
-from synth import prompts
-from synth.pipeline import TeacherConfig, about_speaker, decide, label_dialogue, parse_claims, parse_class, parse_verification
+from fastvista.synth import prompts
+from fastvista.synth.pipeline import TeacherConfig, about_speaker, decide, label_dialogue, parse_claims, parse_class, parse_verification
 from fastvista.protocol import drive as run_machine
 from fastvista.protocol import ScoringFailed
 from fastvista.scheduler import run
 from fastvista.llm import Completion
 from fastvista.memory import stores_before
 from fastvista.contract import StudentFormat
-from synth.training_set import training_examples
+from fastvista.synth.training_set import training_examples
 from tests.scripted import ScriptedBackend
 
 FORMAT = StudentFormat(history_turns=8, max_store_claims=64)
@@ -295,7 +295,7 @@ def test_gold_claims_replace_decomposition():
 
 def test_window_examples_carry_the_teachers_labels_and_store():
     from fastvista.window_pass import WINDOW_SYSTEM_PROMPT, parse_window_output
-    from synth.training_set import window_examples
+    from fastvista.synth.training_set import window_examples
 
     result = drive(museum_dialogue(), TeacherConfig(), ScriptedBackend())
     first, second = window_examples(result, FORMAT.model_copy(update={'turns_per_call': 2}))

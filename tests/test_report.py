@@ -6,7 +6,7 @@ from rich.console import Console
 
 from fastvista.labels import Label
 from fastvista.schema import Claim, Dialogue, ScoredDialogue, Turn, TurnResult
-from infer.report import terminal_table, write_html
+from fastvista.infer.report import terminal_table, write_html
 
 HOSTILE_ID = "[/]bad [bold]x"
 

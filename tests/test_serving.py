@@ -15,8 +15,8 @@ import pytest
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.protocol import drive
 from fastvista.single_pass import SYSTEM_PROMPT
-from infer.serve import running, serve_command
-from infer.student import StudentConfig, score_dialogue
+from fastvista.infer.serve import running, serve_command
+from fastvista.infer.student import StudentConfig, score_dialogue
 from tests.test_pipeline import museum_dialogue
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ from fastvista.protocol import ScoringFailed, drive
 from fastvista.scheduler import run
 from fastvista.schema import Claim, Dialogue, Turn
 from fastvista.single_pass import OUTPUT_REGEX, split_sections
-from infer.live import DialogueState, LiveScorer
-from infer.student import StudentConfig, label_confidences, score_dialogue
+from fastvista.infer.live import DialogueState, LiveScorer
+from fastvista.infer.student import StudentConfig, label_confidences, score_dialogue
 from tests.scripted import ScriptedStudent
 
 
@@ -191,7 +191,7 @@ def test_score_command_writes_results_summary_and_report(tmp_path):
 
 
 def test_serve_command_names_adapters_and_keeps_runtime_loading_off(monkeypatch):
-    from infer.serve import serve_command, server_env
+    from fastvista.infer.serve import serve_command, server_env
 
     cmd = serve_command("base", {"student": "/a", "other": "/b"}, port=9000, tensor_parallel_size=4, kv_cache_memory_bytes=2**28)
     assert "base" in cmd and cmd[cmd.index("--port") + 1] == "9000"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from fastvista.records_io import write_jsonl
-from synth.pipeline import TeacherConfig
+from fastvista.synth.pipeline import TeacherConfig
 from fastvista.contract import StudentFormat
-from synth.training_set import training_examples
+from fastvista.synth.training_set import training_examples
 from tests.scripted import ScriptedBackend
 from tests.test_pipeline import drive, museum_dialogue
 
@@ -54,7 +54,7 @@ def launch(config: Path, *args: str) -> subprocess.CompletedProcess:
 def test_accelerate_launch_trains_saves_and_resumes(tmp_path, tiny_model, train_file):
     from transformers import AutoTokenizer
 
-    from train.data import read_examples, token_length
+    from fastvista.train.data import read_examples, token_length
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     lengths = sorted(token_length(e, tokenizer) for e in read_examples(train_file))
@@ -113,7 +113,7 @@ def test_only_completion_tokens_carry_loss(tiny_model, train_file):
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    from train.data import read_examples
+    from fastvista.train.data import read_examples
 
     [example] = read_examples(train_file)[:1]
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)

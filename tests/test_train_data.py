@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastvista.records_io import RecordError
-from train.data import enforce_max_length, read_examples, split_by_dialogue
+from fastvista.train.data import enforce_max_length, read_examples, split_by_dialogue
 
 
 def examples_of(turns_per_dialogue: list[int]) -> list[dict]:
@@ -50,7 +50,7 @@ def test_read_examples_names_the_line_and_field(tmp_path):
 def test_shipped_configs_parse_and_overrides_win(name):
     from pathlib import Path
 
-    from train.sft import make_parser
+    from fastvista.train.sft import make_parser
 
     config = Path(__file__).parent.parent / "configs" / "sft" / name
     on_this_cpu = ["--bf16", "false", "--use_cpu", "true"]  # the 8B config is for GPUs; here only its parsing

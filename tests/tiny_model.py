@@ -20,7 +20,7 @@ def build_tiny_model(folder: Path, seed: int = 0) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     from fastvista.single_pass import SYSTEM_PROMPT
-    from synth import prompts
+    from fastvista.synth import prompts
 
     corpus = [SYSTEM_PROMPT, prompts.DECOMPOSE_SYSTEM, prompts.VERIFY_SYSTEM, prompts.CLASSIFY_SYSTEM]
     corpus += [t for _, t, claims in prompts.DECOMPOSE_EXAMPLES[:6] for t in [t, *claims]]  # a fixed corpus: a fixed vocabulary

@@ -16,12 +16,9 @@ from __future__ import annotations
 import json
 import os
 import resource
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script by accelerate
 
 
 @dataclass
@@ -45,7 +42,7 @@ def peak_memory_mb() -> float:
 
 def prepare(student_args: StudentArguments, tokenizer, max_length: int):
     from fastvista.contract import format_of_examples
-    from train.data import enforce_max_length, read_examples, split_by_dialogue, token_length
+    from fastvista.train.data import enforce_max_length, read_examples, split_by_dialogue, token_length
 
     examples = read_examples(student_args.train_file)
     fmt = format_of_examples(examples, student_args.train_file)
@@ -70,8 +67,8 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
 
     from fastvista.contract import write_format
     from fastvista.models import resolve_model
-    from train.data import file_hash
-    from train.report import parse_rate, plot_losses
+    from fastvista.train.data import file_hash
+    from fastvista.train.report import parse_rate, plot_losses
 
     started = time.perf_counter()
     base = resolve_model(model_args.model_name_or_path)

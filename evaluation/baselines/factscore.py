@@ -15,7 +15,7 @@ from fastvista.protocol import ScoringFailed, ask
 from fastvista.schema import Claim, TurnResult
 from fastvista.scoring import turn_score
 from fastvista.text import earliest, escape_block, normalise_claim, reference_block
-from synth.pipeline import parse_claims  # the facts answer has the teacher's claim-list format
+from fastvista.synth.pipeline import parse_claims  # the facts answer has the teacher's claim-list format
 
 FACTS_SYSTEM = """Break the [SENTENCE] into independent atomic facts: each one short, complete \
 sentence stating one piece of information. Write one fact a line, each starting with "- ". \

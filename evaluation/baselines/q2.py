@@ -18,7 +18,7 @@ from collections import Counter
 from pydantic import BaseModel, ConfigDict
 
 from fastvista.schema import TurnResult
-from evaluation.baselines.steps import NO_ANSWER
+from fastvista.evaluation.baselines.steps import NO_ANSWER
 
 E2E_SCORES = {"entailment": 1.0, "neutral": 0.5, "contradiction": 0.0}
 
