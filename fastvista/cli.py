@@ -209,6 +209,38 @@ def data_corpus(
     typer.echo(json.dumps(report, indent=2))
 
 
+@data_app.command("corpus-split")
+def data_corpus_split(
+    labelled: List[Path] = typer.Argument(..., help="The teacher's labelled.jsonl (or .jsonl.gz) of corpus dialogues (meta.split set)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder: train.jsonl, validation.jsonl (student examples), "
+                             "test_labelled.jsonl, test_inputs.jsonl, report.json."),
+    history_turns: int = typer.Option(8, help="History turns in the student's prompt (recorded in every example)."),
+):
+    """The labelled corpus as the student's training, validation and test files, with its report:
+    label counts and claims per turn per split, and the checks (turns the teacher could not label
+    cleanly are left out of training and counted; claims that do not end a sentence listed)."""
+    from fastvista.contract import StudentFormat
+    from fastvista.memory import MAX_STORE_CLAIMS
+    from fastvista.records_io import RecordError, read_scored, write_jsonl
+    from fastvista.synth.corpus import corpus_report
+    from fastvista.synth.training_set import training_examples
+
+    try:
+        scored = [s for path in labelled for s in read_scored(path)]
+    except (RecordError, OSError) as e:
+        fail(str(e))
+    fmt = StudentFormat(history_turns=history_turns, max_store_claims=MAX_STORE_CLAIMS)
+    split = {name: [s for s in scored if (s.dialogue.meta or {}).get("split") == name] for name in ("train", "validation", "test")}
+    report = corpus_report(scored)
+    report["examples"] = {name: write_jsonl(out / f"{name}.jsonl", [e for s in split[name] for e in training_examples(s, fmt)])
+                          for name in ("train", "validation")}
+    write_jsonl(out / "test_labelled.jsonl", split["test"])
+    write_jsonl(out / "test_inputs.jsonl", [s.dialogue for s in split["test"]])
+    report["format"] = fmt.model_dump()
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    typer.echo(json.dumps(report, indent=2))
+
+
 @data_app.command("injection-probe")
 def data_injection_probe(
     path: Path = typer.Argument(..., help="JSONL (or .jsonl.gz) of dialogue records to draw from."),

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
 from fastvista.loaders import load
 from fastvista.records_io import RecordError
-from fastvista.schema import Dialogue
+from fastvista.schema import Dialogue, ScoredDialogue
 from fastvista.selection import truncate_scored
 
 SPLITS = ("train", "validation", "test")
@@ -72,3 +73,33 @@ def build(
         "seed": seed,
     }
     return kept, report
+
+
+_ENDS_A_SENTENCE = re.compile(r"[.!?)\"'\u201d]$")
+
+
+def corpus_report(scored: list[ScoredDialogue]) -> dict:
+    """What the labelled corpus holds, per split, and the checks it must pass before training:
+    turns the teacher could not label cleanly (errors: retried or cut decompositions) are left
+    out of training and counted; a claim that does not end like a sentence is listed (a cut
+    answer would end mid-sentence; none should, since cut answers are errors)."""
+    by_split: dict[str, dict] = {}
+    unfinished = []
+    for s in scored:
+        split = (s.dialogue.meta or {}).get("split", "unsplit")
+        row = by_split.setdefault(split, {"dialogues": 0, "scored_turns": 0, "turns_with_errors": 0, "claims": 0,
+                                          "labels": Counter(), "hallucinated_turns": 0, "no_claim_turns": 0})
+        row["dialogues"] += 1
+        for t in s.turns:
+            row["scored_turns"] += 1
+            row["turns_with_errors"] += bool(t.errors)
+            row["claims"] += len(t.claims)
+            row["labels"].update(c.label.value for c in t.claims)
+            row["hallucinated_turns"] += t.hallucinated
+            row["no_claim_turns"] += t.no_claims
+            unfinished += [f"{s.id}#{t.index}: {c.text}" for c in t.claims if not _ENDS_A_SENTENCE.search(c.text.strip())]
+    for row in by_split.values():
+        row["labels"] = dict(row["labels"])
+        row["claims_per_turn"] = round(row["claims"] / row["scored_turns"], 3) if row["scored_turns"] else None
+        row["usable_turns"] = row["scored_turns"] - row["turns_with_errors"]
+    return {"by_split": by_split, "claims_not_ending_a_sentence": len(unfinished), "examples_not_ending_a_sentence": unfinished[:20]}

@@ -24,7 +24,9 @@ from pathlib import Path
 @dataclass
 class StudentArguments:
     train_file: str = field(metadata={"help": "The teacher's train.jsonl, or a datasets folder (save_to_disk)."})
-    eval_fraction: float = field(default=0.1, metadata={"help": "Share of dialogues held out for validation."})
+    eval_file: str = field(default="", metadata={"help": "Validation examples (e.g. the corpus's validation.jsonl); without it, "
+                                                         "eval_fraction of train_file's dialogues are held out."})
+    eval_fraction: float = field(default=0.1, metadata={"help": "Share of dialogues held out for validation (without eval_file)."})
     split_seed: int = field(default=0, metadata={"help": "Seed of the split by dialogue."})
     too_long: str = field(default="drop", metadata={"help": "Examples over max_length: 'drop' (counted) or 'fail'."})
     merge: bool = field(default=False, metadata={"help": "Also save the base model merged with the adapter in OUTPUT/merged."})
@@ -45,8 +47,14 @@ def prepare(student_args: StudentArguments, tokenizer, max_length: int):
     from fastvista.train.data import enforce_max_length, read_examples, split_by_dialogue, token_length
 
     examples = read_examples(student_args.train_file)
-    fmt = format_of_examples(examples, student_args.train_file)
-    train, held_out = split_by_dialogue(examples, student_args.eval_fraction, student_args.split_seed)
+    if student_args.eval_file:
+        train, held_out = examples, read_examples(student_args.eval_file)
+        shared = {e["dialogue_id"] for e in train} & {e["dialogue_id"] for e in held_out}
+        if shared:
+            raise ValueError(f"{len(shared)} dialogues are in both train_file and eval_file, e.g. {sorted(shared)[0]}")
+    else:
+        train, held_out = split_by_dialogue(examples, student_args.eval_fraction, student_args.split_seed)
+    fmt = format_of_examples(train + held_out, student_args.train_file)
     reports = {}
     for name in ("train", "eval"):
         rows = train if name == "train" else held_out
