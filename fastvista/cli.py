@@ -130,7 +130,8 @@ def report_run(summary: dict, keys: list[str], out: Path, files: str) -> None:
     typer.echo(f"outputs in {out}/ ({files})")
     failed = summary.get("failed_dialogues", 0)
     if failed:
-        typer.secho(f"error: {failed} dialogue(s) could not be scored (a call failed or an answer never read); reasons in "
+        typer.secho(f"error: {failed} dialogue(s) could not be scored (a call failed or an answer never read), "
+                    f"{summary.get('failed_dialogues_scored_turns', 0)} scored turns in all; reasons in "
                     f"{out}/failed.jsonl. Fix the cause and run the same command again: it scores only those.",
                     fg=typer.colors.RED, err=True)
         raise typer.Exit(3)

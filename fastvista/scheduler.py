@@ -138,6 +138,7 @@ class _Run:
         self.max_active, self.provenance, self.bar, self.continuous = max_active, provenance, bar, continuous
         self.active: dict[str, tuple[Machine, list[ChatRequest]]] = {}
         self.steps: dict[str, int] = {}  # sequential calls each open dialogue has waited for (continuous)
+        self.scored_turns: dict[str, int] = {}  # of each open dialogue, to count what a failure leaves unscored
         self.seen: set[str] = set()
         self.stats = RunStats()
 
@@ -164,6 +165,7 @@ class _Run:
     def start(self, d: Dialogue) -> None:
         gen = self.machine(d)
         self.steps[d.id] = 0
+        self.scored_turns[d.id] = len(d.scored_indices())
         try:
             self.active[d.id] = (gen, next(gen))
         except StopIteration as stop:
@@ -187,8 +189,9 @@ class _Run:
         if self.continuous:  # rounds: the longest chain of calls any dialogue waited for
             self.stats.rounds = max(self.stats.rounds, self.steps[i])
         del self.steps[i]
+        turns = self.scored_turns.pop(i)
         if failure is not None:
-            report = {"id": i, "reason": str(failure)}
+            report = {"id": i, "reason": str(failure), "unscored_turns": turns}
             self.stats.failed.append(report)
             if self.failed_out is not None:
                 self.failed_out.write(to_json_line(report))
@@ -320,6 +323,7 @@ def run_to_folder(
     write_jsonl(folder / "skipped.jsonl", reports)
     scored = read_scored(results, {d.id for d in dialogues}) if results.exists() else []
     run_report = {"inputs_skipped": len(reports), "failed_dialogues": len(stats.failed),
+                  "failed_dialogues_scored_turns": sum(f["unscored_turns"] for f in stats.failed),
                   "this_run": {**stats.__dict__, "duplicates": len(stats.duplicates), "failed": len(stats.failed)},
                   "provenance": provenance}
     return scored, run_report

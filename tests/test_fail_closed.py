@@ -42,7 +42,7 @@ def test_an_outage_mid_run_fails_its_dialogues_and_the_rerun_scores_exactly_thos
     with FakeOpenAI() as server:
         server.down_for = "Mona Lisa"  # the server fails every call about the second turn (503, also when retried)
         first = CliRunner().invoke(app, synth_args(inputs, out, server, "--set", "max_active=3"))
-        assert first.exit_code == 3 and "6 dialogue(s) could not be scored" in first.output
+        assert first.exit_code == 3 and "6 dialogue(s) could not be scored" in first.output and "18 scored turns in all" in first.output
         assert all("turn 3: backend: InternalServerError" in f["reason"] for f in lines(out / "failed.jsonl"))
         assert not (out / "labelled.jsonl").exists() or lines(out / "labelled.jsonl") == []  # never a result
         server.down_for = "part 3"  # back up, but down for one dialogue
