@@ -46,7 +46,7 @@ def test_read_examples_names_the_line_and_field(tmp_path):
     assert (err.value.line, err.value.field) == (2, "dialogue_id")
 
 
-@pytest.mark.parametrize("name", ["llama31_8b_lora.yaml", "smollm2_cpu.yaml"])
+@pytest.mark.parametrize("name", ["llama31_8b_lora.yaml", "smollm2_cpu.yaml", "smollm2_corpus_cpu.yaml", "smollm2_demo.yaml"])
 def test_shipped_configs_parse_and_overrides_win(name):
     from pathlib import Path
 
