@@ -1,7 +1,7 @@
 """Compare scorers: a scorer against the teacher (agreement) and against human labels (accuracy).
 
-Turns are matched by (dialogue id, turn index). Turns missing from one side, or reported with a
-parse error, are counted and listed, not dropped silently.
+Turns are matched by (dialogue id, turn index). Turns missing from one side (a dialogue one
+scorer could not score is in its failed.jsonl) are counted, not dropped silently.
 """
 
 from __future__ import annotations

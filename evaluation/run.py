@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from fastvista.config import DataSelection, selected
+from fastvista.infer.run import check_student_format
 from fastvista.llm import fingerprint
 from fastvista.scheduler import locked_folder, read_failed, run_to_folder
 from fastvista.summary import summarise
@@ -20,6 +21,8 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     config = EvalConfig.model_validate(tree)
     out_dir.mkdir(parents=True, exist_ok=True)
     dialogues, skipped = selected(data, skip_bad)
+    if config.scorer == "student" and config.backend is not None:
+        check_student_format(config.backend, config.student)
     machine = machine_for(config)
     provenance = {"scorer": config.scorer, "model": config.backend.model if config.backend else None,
                   "weights": fingerprint(config.backend) if config.backend else None,

@@ -16,16 +16,18 @@ Configurations (each on vLLM with prefix caching unless said otherwise):
   prompt: claims copy the turn's words); acceptance counted, greedy outputs compared.
 - `prefill alone`: the per-turn student's very prompts, each answered with one token; the rest
   of the student's time is decoding its answers, which no prompt layout can save.
-- `teacher/student, served, waves|continuous` (with --served): the same pipelines behind
+- `teacher/student, served, waves|continuous` (with `served: true`): the same pipelines behind
   `vllm serve` (same weights and settings), sent in waves or on the continuous schedule (each
   dialogue's next call leaves as soon as its last returns; the server batches what is in flight).
-  Run them alone (`--served --only ...`) so no in-process engine shares the machine.
-- `student, dialogue-level` (with --window-model): one call for up to --window-turns scored
-  turns, its own claims carried as the store; and `+ n-gram`. With --window-forced each window's
+  Run them alone (`--set served=true --only ...`) so no in-process engine shares the machine.
+- `student, dialogue-level` (with `window_model`): one call for up to `window_turns` scored
+  turns, its own claims carried as the store; and `+ n-gram`. With `window_forced` each window's
   answer is forced to the per-turn student's claims for its turns, so both modes decode the same
   text and the rows measure the mode itself, not how well each model was trained.
-The teacher runs on the student's weights (same architecture, same engine). Prints a markdown
-table and writes speed.json and speed.md.
+The teacher runs on the student's weights (same architecture, same engine); each student's
+recorded format must match the settings it is scored with. `--only` reruns some rows and keeps
+the others from OUT/speed.json, only when that was measured on the same model and dialogues.
+Prints a markdown table and writes speed.json and speed.md.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from fastvista.scoring import scored_dialogue
 from fastvista.single_pass import student_messages
 from fastvista.window_pass import render_window_target, window_messages, windows
 from fastvista.infer.serve import running, serve_command
+from fastvista.infer.run import check_student_format
 from fastvista.infer.student import StudentConfig, score_dialogue
 from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 
@@ -170,15 +173,33 @@ class SpeedConfig(BaseModel):
     concurrency: int = 64  # requests in flight to the server at most
 
 
+ROWS = ("teacher", "teacher (text labels)", "student", "prefill alone (the student prompts, answers replayed)",
+        "teacher, no prefix cache", "student + n-gram", "student, dialogue-level", "student, dialogue-level + n-gram",
+        "student, dialogue-level (forced to the per-turn claims)", "student, dialogue-level (forced to the per-turn claims) + n-gram",
+        *(f"{who}, served, {schedule}" for who in ("teacher", "student") for schedule in SCHEDULES))
+
+
 def main(args: SpeedConfig, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     dialogues = load_dialogues(args.data, None)
     ngram = {"method": "ngram", "num_speculative_tokens": args.speculative_tokens, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     student = StudentConfig(adapter=None)
+    check_student_format(BackendConfig(kind="vllm", model=args.model), student)
+    if args.window_model:
+        check_student_format(BackendConfig(kind="vllm", model=args.window_model), student.model_copy(update={"turns_per_call": args.window_turns}))
     shipped = TeacherConfig.model_validate(load_config(args.teacher_config, []).get("teacher", {}))
     text_teacher = shipped.model_copy(update={"label_scores": False})
     previous = out / "speed.json"
-    configs: dict = json.loads(previous.read_text())["configurations"] if args.only and previous.exists() else {}
+    unknown = sorted(set(args.only) - set(ROWS))
+    if unknown:
+        raise ValueError(f"no row named {unknown[0]!r}; the rows: {', '.join(ROWS)}")
+    configs: dict = {}
+    if args.only and previous.exists():
+        before = json.loads(previous.read_text())
+        if before.get("settings", {}).get("model") != args.model or before.get("settings", {}).get("data") != args.data.model_dump():
+            raise ValueError(f"{previous} was measured on another model or other dialogues: write to another folder, "
+                             "or run every row again (without --only)")
+        configs = before["configurations"]
     engines: dict = {}
 
     def wanted(name: str) -> bool:
@@ -235,15 +256,18 @@ def main(args: SpeedConfig, out: Path) -> dict:
                 if wanted(name):
                     configs[name] = measure(name, dialogues, machine, backend, out, schedule)
     teachers = {k: v for k, v in configs.items() if k.startswith("teacher") and "no prefix" not in k}
+    students = {k: v for k, v in configs.items() if k.startswith("student")}
+    if not teachers or not students:
+        raise ValueError("the ratios need a teacher row and a student row: run them too (or run without --only)")
     strongest = max(teachers, key=lambda k: teachers[k]["turns_per_second"])
     result = {
         "engine": f"vllm ({args.dtype}) on {args.model}" + (f" and {args.window_model}" if args.window_model else ""),
         "dialogues": len(dialogues),
+        "settings": {"model": args.model, "data": args.data.model_dump()},
         "configurations": configs,
         "strongest_teacher_name": strongest,
         "strongest_teacher": teachers[strongest]["turns_per_second"],
     }
-    students = {k: v for k, v in configs.items() if k.startswith("student")}
     best = max(students, key=lambda k: students[k]["turns_per_second"])
     result["speedup"] = round(students[best]["turns_per_second"] / result["strongest_teacher"], 2)
     result["best_student"] = best

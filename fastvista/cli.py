@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+import yaml
 
 app = typer.Typer(
     help="Claim-level factuality scoring of knowledge-grounded dialogues: a VISTA teacher, "
@@ -75,7 +76,7 @@ def eval_agreement(
     teacher: Path = typer.Argument(..., help="The teacher's labelled.jsonl on the same dialogues."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
     threshold: float = typer.Option(0.5, help="Least similarity for two claims to be aligned."),
-    similarity: str = typer.Option("token_f1", help="Claim similarity: token_f1, or embedding (all-MiniLM-L6-v2; pip install fastvista[embed])."),
+    similarity: str = typer.Option("token_f1", help="Claim similarity: token_f1, or embedding (all-MiniLM-L6-v2; pip install 'fastvista\\[embed]')."),
 ):
     """Agreement with the teacher: turn, dialogue and system score correlations (Pearson and
     Spearman with bootstrap 95% intervals), hallucination decisions (kappa), aligned claim labels."""
@@ -89,7 +90,7 @@ def eval_gold(
     scored: Path = typer.Argument(..., help="Any scorer's results on dialogues with human labels."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
     threshold: float = typer.Option(0.5, help="Least similarity for a claim to align with a human claim."),
-    similarity: str = typer.Option("token_f1", help="Claim similarity: token_f1, or embedding (all-MiniLM-L6-v2; pip install fastvista[embed])."),
+    similarity: str = typer.Option("token_f1", help="Claim similarity: token_f1, or embedding (all-MiniLM-L6-v2; pip install 'fastvista\\[embed]')."),
     reading: str = typer.Option("vista", help="Turn decision: vista (a CONTRADICTED or LACKING_EVIDENCE claim), or attribution "
                                 "(anything but VERIFIED claims, or no claim: BEGIN's and AIS's definition; claim-level scorers only)."),
 ):
@@ -120,7 +121,8 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-RUN_ERRORS = (ValueError, RuntimeError)  # bad input (RecordError), settings, a backend that cannot serve, a locked folder
+# bad input (RecordError), settings, a missing or unreadable config, a backend that cannot serve, a locked folder
+RUN_ERRORS = (ValueError, RuntimeError, OSError, yaml.YAMLError)
 
 
 def report_run(summary: dict, keys: list[str], out: Path, files: str) -> None:
@@ -230,7 +232,10 @@ def data_corpus_split(
         scored = [s for path in labelled for s in read_scored(path)]
     except (RecordError, OSError) as e:
         fail(str(e))
-    fmt = StudentFormat(history_turns=history_turns, max_store_claims=MAX_STORE_CLAIMS)
+    bounds = {s.provenance.get("teacher", {}).get("max_store_claims", MAX_STORE_CLAIMS) for s in scored}
+    if len(bounds) > 1:
+        fail(f"the labelled dialogues were made with different store bounds ({sorted(bounds)}): split them apart")
+    fmt = StudentFormat(history_turns=history_turns, max_store_claims=bounds.pop() if bounds else MAX_STORE_CLAIMS)
     split = {name: [s for s in scored if (s.dialogue.meta or {}).get("split") == name] for name in ("train", "validation", "test")}
     report = corpus_report(scored)
     report["examples"] = {name: write_jsonl(out / f"{name}.jsonl", [e for s in split[name] for e in training_examples(s, fmt)])
@@ -486,8 +491,8 @@ def score(
 ):
     """Score dialogues with the student: one call per turn, claims with labels and confidences.
 
-    Every scored turn ends as a result or as a reported parse error. Re-running the command
-    resumes: dialogues already in results.jsonl are kept.
+    Every dialogue ends as a result or in failed.jsonl with the reason (exit 3). Re-running the
+    command resumes: dialogues already in results.jsonl are kept, failed ones are tried again.
     """
     from fastvista.config import load_config
     from fastvista.infer.run import main
@@ -535,6 +540,7 @@ def serve(
     Then point any OpenAI client, or `fastvista score --set backend.kind=openai
     --set backend.base_url=http://HOST:PORT/v1 --set backend.model=NAME`, at it.
     """
+    from fastvista.contract import read_format
     from fastvista.llm import ConfigError
     from fastvista.models import ModelError, resolve_model
     from fastvista.infer.serve import cpu_kv_bytes, exposed_without_key, running, serve_command
@@ -544,6 +550,10 @@ def serve(
                     fg=typer.colors.YELLOW, err=True)
     try:
         adapters = dict(item.split("=", 1) for item in adapter)
+        unrecorded = [path for path in adapters.values() if read_format(path) is None]
+        if unrecorded:
+            raise ValueError(f"the adapter {unrecorded[0]} records no student format (format.json): train it again with "
+                             "train/sft.py, so that clients scoring with it can be checked against it")
         speculative = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": ngram_speculation,
                                                              "prompt_lookup_max": 4})] if ngram_speculation else []
         path = resolve_model(model)

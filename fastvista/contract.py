@@ -2,9 +2,11 @@
 the scorer: a student trained with one history window, window size or store bound and scored
 with another reads prompts it never saw, and nothing in its answers would say so.
 
-The teacher writes the format into every training example (`format`) and beside its training
-set; `train/sft.py` copies it beside the adapter (and the merged model) as `format.json`;
-`fastvista score` refuses a student whose recorded format differs from its settings.
+The teacher writes the format into every training example (`format`); `train/sft.py` checks
+that the examples agree and writes it beside the adapter (and the merged model) as
+`format.json`; `fastvista score`, `fastvista eval run --scorer student` and the speed benchmark
+refuse a student whose recorded format differs from their settings (or an adapter with none),
+and `fastvista serve` refuses an adapter with none.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ class Label(str, Enum):
 
 
 SAFE_LABELS = frozenset({Label.VERIFIED, Label.OUT_OF_SCOPE, Label.ABSTENTION})
-UNSAFE_LABELS = frozenset({Label.CONTRADICTED, Label.LACKING_EVIDENCE})
 # The labels of the teacher's classify step (claims that the verify step could not verify).
 UNVERIFIABLE_CLASSES = (
     Label.OUT_OF_SCOPE,

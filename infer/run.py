@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.config import DataSelection, selected
-from fastvista.contract import StudentFormat, check_format, read_format
+from fastvista.contract import FILE, FormatMismatch, StudentFormat, check_format, read_format
 from fastvista.models import resolve_model
 from fastvista.llm import BackendConfig, fingerprint, make_checked_backend
 from fastvista.scheduler import Schedule, locked_folder, run_to_folder
@@ -27,17 +27,28 @@ class ScoreConfig(BaseModel):
     schedule: Schedule = "waves"  # continuous: each dialogue's next turn leaves as its last returns (openai backend)
 
 
-def check_student_format(config: ScoreConfig) -> None:
-    """Refuse a student trained with another format than these settings (its `format.json`, beside
-    the adapter or the merged model; a served model's files are out of reach)."""
-    cfg = config.student
-    used = StudentFormat(history_turns=cfg.history_turns, turns_per_call=cfg.turns_per_call, max_store_claims=cfg.max_store_claims)
-    if config.backend.kind == "openai":
+def check_student_format(backend: BackendConfig, cfg: StudentConfig) -> None:
+    """Refuse a student trained with another format than these settings: the `format.json` beside
+    its adapter (which must have one) or beside its merged model (a model folder without one is a
+    base model, scored as it is). A served student is checked where it is served: `fastvista
+    serve` refuses an adapter without its format."""
+    if backend.kind == "openai":
         return
-    folder = config.backend.lora_adapters.get(cfg.adapter) if cfg.adapter else resolve_model(config.backend.model)
-    trained = read_format(folder) if folder and Path(folder).is_dir() else None
-    if trained is not None:
-        check_format(trained, used, folder)
+    used = StudentFormat(history_turns=cfg.history_turns, turns_per_call=cfg.turns_per_call, max_store_claims=cfg.max_store_claims)
+    if cfg.adapter:
+        folder = backend.lora_adapters.get(cfg.adapter)
+        if folder is None:
+            return  # an unknown adapter: the backend's check names it
+        trained = read_format(folder)
+        if trained is None:
+            raise FormatMismatch(f"the adapter {folder} records no student format ({FILE}): it was trained before formats "
+                                 "were recorded, or is not a student; train it again with train/sft.py")
+    else:
+        folder = resolve_model(backend.model)
+        trained = read_format(folder) if Path(folder).is_dir() else None
+        if trained is None:
+            return
+    check_format(trained, used, folder)
 
 
 @locked_folder
@@ -46,7 +57,7 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     config = ScoreConfig.model_validate(tree)
     out_dir.mkdir(parents=True, exist_ok=True)
     dialogues, skipped = selected(data, skip_bad)
-    check_student_format(config)
+    check_student_format(config.backend, config.student)
     backend = make_checked_backend(config.backend, [config.student.adapter])
     constrained = backend.supports_constraints and config.student.constrain
     provenance = {"model": config.backend.model, "weights": fingerprint(config.backend), "backend": config.backend.kind,

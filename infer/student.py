@@ -129,9 +129,10 @@ def score_window(
     every = [c for claims in per_turn for c in claims]
     for claim, confidence in zip(every, label_confidences(completion.logprobs, every)):
         claim.confidence = confidence
+    retried = [f"student: {len(completions) - 1} unparseable answer(s) before one parsed"] if len(completions) > 1 else []
     results = []
     for k, (index, claims) in enumerate(zip(window, per_turn)):
-        result, store = turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions) if k == 0 else Usage())
+        result, store = turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions) if k == 0 else Usage(), retried)
         results.append(result)
     return results, store
 

@@ -102,7 +102,7 @@ def parse_claims(text: str) -> list[str]:
     return claims
 
 
-_VERIFY_WORDS = {"UNVERIFIABLE": False, "NOT_VERIFIED": False, "VERIFIED": True}
+_VERIFY_WORDS = {"UNVERIFIABLE": False, "UNVERIFIED": False, "NOT_VERIFIED": False, "VERIFIED": True}
 _CLASS_WORDS = {l.value: l for l in UNVERIFIABLE_CLASSES} | {"OUT_OF_SCOPE": Label.OUT_OF_SCOPE}
 # Every answer word starts with its own letter, so a first token tells them apart whatever the tokenizer.
 _VERIFY_LETTERS = {"V": True, "U": False, "N": False}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fastvista.text import escape_block, normalise_claim, reference_block, render_history, render_store
+from fastvista.text import escape_block, normalise_claim, reference_block, render_history, render_store, turn_block
 
 PROMPTS_VERSION = "teacher-v1"
 SECTIONS = ("[HISTORY]", "[TURN]", "[KNOWLEDGE STORE]", "[REFERENCE]", "[CLAIM]")
@@ -143,7 +143,7 @@ def _claims_block(claims: Sequence[str]) -> str:
 
 
 def decompose_user(history: Sequence[tuple[str, str]], turn: str) -> str:
-    return f"[HISTORY]\n{render_history(history)}\n[TURN]\n{escape_block(turn.strip()) or 'none'}"
+    return f"[HISTORY]\n{render_history(history)}\n[TURN]\n{turn_block(turn)}"
 
 
 def evidence_user(store: Sequence[str], reference: str | None, claim: str) -> str:

@@ -255,13 +255,13 @@ def test_score_refuses_a_student_trained_with_another_format(tmp_path):
     write_format(merged, StudentFormat(history_turns=4, max_store_claims=64))
     config = ScoreConfig(backend=BackendConfig(kind="vllm", model=str(merged)), student={"adapter": None})
     with pytest.raises(FormatMismatch, match="history_turns: trained 4, scoring 8"):
-        check_student_format(config)
-    check_student_format(config.model_copy(update={"student": config.student.model_copy(update={"history_turns": 4})}))
+        check_student_format(config.backend, config.student)
+    check_student_format(config.backend, config.student.model_copy(update={"history_turns": 4}))
     adapter = tmp_path / "adapter"
     write_format(adapter, StudentFormat(history_turns=8, turns_per_call=4, max_store_claims=64))
     windowed = ScoreConfig(backend=BackendConfig(kind="vllm", model="base", lora_adapters={"student": str(adapter)}))
     with pytest.raises(FormatMismatch, match="turns_per_call: trained 4, scoring 1"):
-        check_student_format(windowed)
+        check_student_format(windowed.backend, windowed.student)
 
 
 def test_the_training_set_records_its_format_and_training_refuses_mixed_formats(tmp_path):
@@ -363,3 +363,27 @@ def test_label_answers_that_run_past_max_tokens_are_read_from_their_start():
     chatty = drive(label_dialogue(museum_dialogue(0), TeacherConfig(label_scores=False)), backend)
     assert [[c.label for c in t.claims] for t in chatty.turns] == [[c.label for c in t.claims] for t in plain.turns]
     assert all(r.temperature == 0 for r in backend.requests)  # no sampled retry
+
+
+def test_an_adapter_without_its_format_is_refused(tmp_path):
+    from fastvista.contract import FormatMismatch
+    from fastvista.infer.run import ScoreConfig, check_student_format
+
+    (tmp_path / "adapter").mkdir()
+    config = ScoreConfig(backend=BackendConfig(kind="vllm", model="base", lora_adapters={"student": str(tmp_path / "adapter")}))
+    with pytest.raises(FormatMismatch, match="records no student format"):
+        check_student_format(config.backend, config.student)
+
+
+def test_answer_words_are_read_whole():
+    from fastvista.evaluation.baselines.factscore import parse_support
+    from fastvista.synth.pipeline import parse_verification
+
+    assert parse_support("Given the knowledge, True") is True  # "no" inside "knowledge" is no answer
+    assert parse_verification("UNVERIFIED") is False and parse_verification("Not verified.") is False
+    assert parse_verification("**VERIFIED**") is True
+
+
+def test_the_speed_benchmark_names_its_rows_and_refuses_unknown_ones(tmp_path):
+    result = CliRunner().invoke(app, ["eval", "speed", "-o", str(tmp_path), "--only", "bogus", "--set", f"model={tmp_path}"])
+    assert result.exit_code == 2 and "no row named 'bogus'" in result.output

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from fastvista.llm import ChatRequest
 from fastvista.protocol import ScoringFailed, ask
 from fastvista.schema import TurnResult
-from fastvista.text import earliest, escape_block, first_token_distribution, reference_block, render_history
+from fastvista.text import earliest, first_token_distribution, reference_block, render_history, turn_block
 
 JUDGE_SYSTEM = """You judge whether the assistant's last turn in a dialogue is faithful to the \
 [REFERENCE] it was given. FAITHFUL: every statement of fact in the [TURN] is supported by the \
@@ -38,7 +38,7 @@ def parse_judgement(text: str) -> tuple[bool, str]:
 
 
 def judge_messages(history, text: str, reference: str | None) -> list[dict]:
-    user = f"[REFERENCE]\n{reference_block(reference)}\n[HISTORY]\n{render_history(history)}\n[TURN]\n{escape_block(text.strip()) or 'none'}"
+    user = f"[REFERENCE]\n{reference_block(reference)}\n[HISTORY]\n{render_history(history)}\n[TURN]\n{turn_block(text)}"
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
 
