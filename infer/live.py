@@ -41,6 +41,8 @@ class LiveScorer:
     def __init__(self, backend: Backend, config: Optional[StudentConfig] = None):
         self.backend = backend
         self.config = config or StudentConfig()
+        if self.config.turns_per_call != 1:
+            raise ValueError("live scoring scores one turn a call: use a per-turn student (turns_per_call: 1)")
 
     def score(self, state: DialogueState, text: str, reference: str | None = None) -> tuple[TurnResult, DialogueState]:
         """Score `text` as the next assistant turn; returns its result and the state after it."""

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from fastvista.cli import app
@@ -57,3 +59,17 @@ def test_corpus_split_writes_student_files_per_split_and_reports_the_checks(tmp_
     assert {e["dialogue_id"] for e in train} == {"d0", "d1"} and all(e["format"]["history_turns"] == 8 for e in train)
     assert [json.loads(l)["id"] for l in (tmp_path / "split/test_inputs.jsonl").read_text().splitlines()] == ["d3"]
     assert corpus_report(scored)["by_split"]["validation"]["claims_per_turn"] == 2.0
+
+
+def test_every_stage_package_installs_under_fastvista():
+    """pyproject.toml lists packages by hand: each stage folder with an __init__.py must be there."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from pathlib import Path
+
+    project = tomllib.loads(Path("pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, mapped = set(project["packages"]), project["package-dir"]
+    for stage, folder in mapped.items():
+        for init in Path(folder).rglob("__init__.py"):
+            name = ".".join([stage, *init.parent.relative_to(folder).parts])
+            assert name in listed, f"{name} ({init.parent}) is not in pyproject's packages"
+    assert not any(name.split(".")[0] != "fastvista" for name in listed)
