@@ -20,7 +20,8 @@ app = typer.Typer(
 )
 data_app = typer.Typer(help="Convert benchmark files into dialogue records and describe them.", no_args_is_help=True)
 models_app = typer.Typer(help="The embedded default models (installed from PyPI, pinned by sha256).", no_args_is_help=True)
-eval_app = typer.Typer(help="Compare scorers: agreement with the teacher, accuracy against human labels.", no_args_is_help=True)
+eval_app = typer.Typer(help="Compare scorers: agreement with the teacher, accuracy against human labels, benchmarks side by side, "
+                       "speed, the injection probe, the report.", no_args_is_help=True)
 
 
 @app.callback()
@@ -426,21 +427,6 @@ def eval_report(
         fail(str(e))
 
 
-@app.command("merge")
-def merge(
-    adapter: Path = typer.Argument(..., help="Folder of a trained adapter (PEFT layout, as train/sft.py writes it)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for the merged model (with the adapter's format.json)."),
-    dtype: str = typer.Option("auto", help="auto, bfloat16, float32..."),
-):
-    """Merge a trained LoRA adapter into its base model (for engines where LoRA is slow, e.g. vLLM on a CPU)."""
-    from fastvista.train.merge import merge as merge_adapter
-
-    try:
-        typer.echo(f"merged model in {merge_adapter(adapter, out, dtype)}")
-    except (OSError, ValueError, RuntimeError) as e:
-        fail(str(e))
-
-
 @app.command("synth")
 def synth(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (configs/synth/*.yaml): backend, teacher settings, data."),
@@ -573,6 +559,21 @@ def serve(
         fail(str(e))
     except KeyboardInterrupt:
         pass  # the server was stopped on the way out
+
+
+@app.command("merge")
+def merge(
+    adapter: Path = typer.Argument(..., help="Folder of a trained adapter (PEFT layout, as train/sft.py writes it)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the merged model (with the adapter's format.json)."),
+    dtype: str = typer.Option("auto", help="auto, bfloat16, float32..."),
+):
+    """Merge a trained LoRA adapter into its base model (for engines where LoRA is slow, e.g. vLLM on a CPU)."""
+    from fastvista.train.merge import merge as merge_adapter
+
+    try:
+        typer.echo(f"merged model in {merge_adapter(adapter, out, dtype)}")
+    except (OSError, ValueError, RuntimeError) as e:
+        fail(str(e))
 
 
 if __name__ == "__main__":
