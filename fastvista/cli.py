@@ -369,6 +369,23 @@ def eval_speed(
         fail(str(e))
 
 
+@eval_app.command("train-speed")
+def eval_train_speed(
+    config: Path = typer.Option(Path("configs/eval/train_speed_cpu.yaml"), "--config", "-c", help="YAML: base sft config, steps, variants."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder: one folder per variant, train_speed.json, train_speed.md."),
+    set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set max_steps=4."),
+):
+    """Training throughput side by side: the same student training in several settings (fp32 or
+    bf16, padded or packed, history windows), a few steps each; tokens/s and peak memory."""
+    from fastvista.config import load_config
+    from fastvista.train.throughput import TrainSpeedConfig, main
+
+    try:
+        main(TrainSpeedConfig.model_validate(load_config(str(config), set_)), out)
+    except RUN_ERRORS as e:
+        fail(str(e))
+
+
 @eval_app.command("teacher-quality")
 def eval_teacher_quality(
     config: Path = typer.Option(..., "--config", "-c", help="A synth config: its backend and teacher settings are the base."),

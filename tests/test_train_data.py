@@ -57,3 +57,19 @@ def test_shipped_configs_parse_and_overrides_win(name):
     student, training, model = make_parser().parse_args_and_config(["--config", str(config), "--train_file", "x.jsonl", "--learning_rate", "0.123", *on_this_cpu])
     assert student.train_file == "x.jsonl" and training.learning_rate == 0.123
     assert model.use_peft and training.max_length >= 1024 and student.too_long == "drop"
+
+
+def test_train_speed_runs_each_variant_as_the_training_script_with_its_keys(tmp_path):
+    from fastvista.train.throughput import TrainSpeedConfig, row, table, variant_command
+
+    cfg = TrainSpeedConfig(sft_config="configs/sft/smollm2_corpus_cpu.yaml", max_steps=3,
+                           variants={"bf16": {"dtype": "bfloat16", "bf16": True}})
+    cmd = variant_command(cfg, cfg.variants["bf16"], tmp_path / "bf16")
+    assert cmd[1:5] == ["launch", "--config_file", "configs/accelerate/cpu.yaml", "train/sft.py"]
+    args = dict(zip(cmd[7::2], cmd[8::2]))
+    assert args["--max_steps"] == "3" and args["--bf16"] == "true" and args["--save_strategy"] == "no"
+    assert args["--output_dir"] == str(tmp_path / "bf16") and args["--merge"] == "false"
+    fast = row({"tokens_per_s": 300.0, "peak_memory_mb": 900, "loss": [{"step": 3, "loss": 1.5}], "examples": {"train": 40}})
+    slow = row({"tokens_per_s": 150.0, "peak_memory_mb": 1200, "loss": [{"step": 3, "loss": 1.6}], "examples": {"train": 40}})
+    text = table({"fast": fast, "slow": slow})
+    assert "| fast | 300.0 | 1.00 | 900 | 1.5 | 40 |" in text and "| slow | 150.0 | 0.50 |" in text
