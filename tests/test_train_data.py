@@ -69,7 +69,19 @@ def test_train_speed_runs_each_variant_as_the_training_script_with_its_keys(tmp_
     args = dict(zip(cmd[7::2], cmd[8::2]))
     assert args["--max_steps"] == "3" and args["--bf16"] == "true" and args["--save_strategy"] == "no"
     assert args["--output_dir"] == str(tmp_path / "bf16") and args["--merge"] == "false"
-    fast = row({"tokens_per_s": 300.0, "peak_memory_mb": 900, "loss": [{"step": 3, "loss": 1.5}], "examples": {"train": 40}})
+    assert args["--logging_steps"] == "1"  # the steady throughput needs the token count at every step
+    fast = row({"tokens_per_s": 300.0, "steady_tokens_per_s": 320.0, "peak_memory_mb": 900, "loss": [{"step": 3, "loss": 1.5}],
+                "examples": {"train": 40}})
     slow = row({"tokens_per_s": 150.0, "peak_memory_mb": 1200, "loss": [{"step": 3, "loss": 1.6}], "examples": {"train": 40}})
     text = table({"fast": fast, "slow": slow})
-    assert "| fast | 300.0 | 1.00 | 900 | 1.5 | 40 |" in text and "| slow | 150.0 | 0.50 |" in text
+    assert "| fast | 300.0 | 320.0 | 1.00 | 900 | 1.5 | 40 |" in text and "| slow | 150.0 | - | 0.47 |" in text
+
+
+def test_steady_throughput_leaves_out_the_first_step():
+    from fastvista.train.report import steady_tokens_per_s
+
+    ends = {1: 10.0, 2: 11.0, 3: 12.0}
+    history = [{"step": 1, "num_tokens": 1000, "loss": 2.0}, {"step": 2, "num_tokens": 1500}, {"step": 3, "num_tokens": 2100},
+               {"step": 3, "train_runtime": 12.0}]
+    assert steady_tokens_per_s(ends, history) == (2100 - 1000) / (12.0 - 10.0)
+    assert steady_tokens_per_s(ends, history[:1]) is None  # one logged step: nothing after the first

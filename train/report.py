@@ -1,4 +1,4 @@
-"""What a training run reports beyond the loss: the loss plot and the parse rate."""
+"""What a training run reports beyond the loss: the loss plot, steady throughput and the parse rate."""
 
 from __future__ import annotations
 
@@ -23,6 +23,20 @@ def plot_losses(record: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def steady_tokens_per_s(step_ends: dict[int, float], log_history: list[dict]) -> float | None:
+    """Train tokens/s after the first logged step, so start-up and warm-up do not count.
+
+    `step_ends` maps each optimizer step to the wall time it ended; the trainer logs the running
+    count of trained (non-padding) tokens, `num_tokens`, at its logging steps.
+    """
+    tokens = {h["step"]: h["num_tokens"] for h in log_history if "num_tokens" in h and h.get("step") in step_ends}
+    steps = sorted(tokens)
+    if len(steps) < 2:
+        return None
+    first, last = steps[0], steps[-1]
+    return (tokens[last] - tokens[first]) / (step_ends[last] - step_ends[first])
 
 
 def parse_rate(base: str, adapter: str, examples: list[dict], dtype: str | None) -> dict:

@@ -67,6 +67,20 @@ def prepare(student_args: StudentArguments, tokenizer, max_length: int):
     return train, held_out, reports, fmt
 
 
+def step_timer():
+    """A callback that records when each optimizer step ended (for the steady throughput)."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.ends: dict[int, float] = {}
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.ends[state.global_step] = time.perf_counter()
+
+    return StepTimer()
+
+
 def main(student_args: StudentArguments, training_args, model_args) -> dict:
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -76,7 +90,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     from fastvista.contract import write_format
     from fastvista.models import resolve_model
     from fastvista.train.data import file_hash
-    from fastvista.train.report import parse_rate, plot_losses
+    from fastvista.train.report import parse_rate, plot_losses, steady_tokens_per_s
 
     started = time.perf_counter()
     base = resolve_model(model_args.model_name_or_path)
@@ -89,7 +103,8 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     eval_ds = Dataset.from_list([{k: e[k] for k in columns} for e in held_out]) if held_out else None
     if eval_ds is None:
         training_args.eval_strategy = "no"
-    training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
+    init = {"dtype": model_args.dtype, "attn_implementation": model_args.attn_implementation}
+    training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), **{k: v for k, v in init.items() if v}}
     trainer = SFTTrainer(
         model=base,
         args=training_args,
@@ -98,6 +113,8 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
     )
+    timer = step_timer()
+    trainer.add_callback(timer)
     checkpoint = get_last_checkpoint(training_args.output_dir) if student_args.resume and os.path.isdir(training_args.output_dir) else None
     if student_args.resume and checkpoint is None:
         trainer.accelerator.print(f"--resume: no checkpoint in {training_args.output_dir}, starting fresh")
@@ -125,6 +142,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
             "train_runtime_s": result.metrics.get("train_runtime"),
             "tokens": tokens,
             "tokens_per_s": tokens / result.metrics["train_runtime"] if result.metrics.get("train_runtime") else None,
+            "steady_tokens_per_s": steady_tokens_per_s(timer.ends, history),
             "peak_memory_mb": round(peak_memory_mb(), 1),
             "resumed_from": checkpoint,
             "config": {"student": asdict(student_args), "model": asdict(model_args), "training": training_args.to_dict()},

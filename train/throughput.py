@@ -31,7 +31,7 @@ class TrainSpeedConfig(BaseModel):
 def variant_command(cfg: TrainSpeedConfig, overrides: dict, out: Path) -> list[str]:
     """The `accelerate launch` command of one variant (its keys as command-line overrides)."""
     accelerate = Path(sys.executable).parent / "accelerate"
-    keys = {"max_steps": cfg.max_steps, "eval_strategy": "no", "save_strategy": "no", "parse_check": 0, "merge": False,
+    keys = {"max_steps": cfg.max_steps, "logging_steps": 1, "eval_strategy": "no", "save_strategy": "no", "parse_check": 0, "merge": False,
             **overrides, "output_dir": str(out)}
     args = [a for k, v in keys.items() for a in (f"--{k}", json.dumps(v) if isinstance(v, bool) else str(v))]
     return [str(accelerate), "launch", "--config_file", cfg.accelerate_config, "train/sft.py", "--config", cfg.sft_config, *args]
@@ -39,17 +39,25 @@ def variant_command(cfg: TrainSpeedConfig, overrides: dict, out: Path) -> list[s
 
 def row(record: dict) -> dict:
     losses = [p["loss"] for p in record.get("loss", [])]
+    steady = record.get("steady_tokens_per_s")
     return {"tokens_per_s": round(record["tokens_per_s"], 1) if record.get("tokens_per_s") else None,
+            "steady_tokens_per_s": round(steady, 1) if steady else None,
             "peak_memory_mb": record.get("peak_memory_mb"), "train_runtime_s": record.get("train_runtime_s"),
             "last_loss": losses[-1] if losses else None, "examples": record.get("examples", {}).get("train")}
 
 
 def table(rows: dict[str, dict]) -> str:
-    fastest = max((r["tokens_per_s"] or 0) for r in rows.values()) or None
-    lines = ["| variant | train tokens/s | vs fastest | peak MB | loss at the last step | examples |", "|---|---|---|---|---|---|"]
+    """Variants side by side, compared on tokens/s after the first step where it was measured."""
+    def rate(r):
+        return r.get("steady_tokens_per_s") or r["tokens_per_s"] or 0
+
+    fastest = max(rate(r) for r in rows.values()) or None
+    lines = ["| variant | train tokens/s | after the first step | vs fastest | peak MB | loss at the last step | examples |",
+             "|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
-        ratio = f"{r['tokens_per_s'] / fastest:.2f}" if fastest and r["tokens_per_s"] else "-"
-        lines.append(f"| {name} | {r['tokens_per_s']} | {ratio} | {r['peak_memory_mb']} | {r['last_loss']} | {r['examples']} |")
+        ratio = f"{rate(r) / fastest:.2f}" if fastest and rate(r) else "-"
+        lines.append(f"| {name} | {r['tokens_per_s']} | {r.get('steady_tokens_per_s') or '-'} | {ratio} | {r['peak_memory_mb']} "
+                     f"| {r['last_loss']} | {r['examples']} |")
     return "\n".join(lines)
 
 
