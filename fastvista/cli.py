@@ -117,6 +117,17 @@ def eval_injection(
     write_report(injection_report(read_scored(scored)), out)
 
 
+@eval_app.command("cross-turn")
+def eval_cross_turn(
+    scored: Path = typer.Argument(..., help="A scorer's results on the probe of `fastvista data cross-turn-probe`."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
+):
+    """Per probe type, how often the scorer flags the probe turn, and the labels it gives."""
+    from fastvista.evaluation.cross_turn import cross_turn_report
+
+    write_report(cross_turn_report(read_scored(scored)), out)
+
+
 def fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
@@ -264,6 +275,34 @@ def data_injection_probe(
     except RecordError as e:
         fail(str(e))
     typer.echo(f"wrote {write_jsonl(out, probe_dialogues(dialogues))} probe dialogues to {out}")
+
+
+@data_app.command("cross-turn-probe")
+def data_cross_turn_probe(
+    path: Path = typer.Argument(..., help="JSONL (or .jsonl.gz) of dialogues with per-turn references (the corpus inputs)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output JSONL: four versions of each usable dialogue."),
+    split: Optional[str] = typer.Option("test", help="Keep the corpus split of this name only (train, validation, test); "
+                                                    "'all' keeps every dialogue."),
+    seed: int = typer.Option(0, help="Seed of the choice of facts, templates and changed numbers."),
+):
+    """Build the cross-turn probe: a later turn contradicts, retracts, restates or adds to a fact
+    an earlier turn stated, with the fact taken out of the later turn's reference (how each item
+    was made is in the probe turn's meta). Score the file with any scorer, then
+    `fastvista eval cross-turn RESULTS`."""
+    from fastvista.evaluation.cross_turn import probe_dialogues
+    from fastvista.records_io import RecordError, read_dialogues, write_jsonl
+    from fastvista.synth.corpus import split_of
+
+    if split not in ("train", "validation", "test", "all"):
+        fail(f"--split must be train, validation, test or all, not {split!r}")
+    try:
+        dialogues = [d for _, d in read_dialogues(path) if split == "all" or split_of(d.id) == split]
+    except RecordError as e:
+        fail(str(e))
+    probes, skipped = probe_dialogues(dialogues, seed)
+    typer.echo(f"wrote {write_jsonl(out, probes)} probe dialogues ({len(probes) // 4} base dialogues x 4 versions) to {out}")
+    for reason, n in skipped.items():
+        typer.echo(f"  skipped {n}: {reason}")
 
 
 @data_app.command("stats")

@@ -1,0 +1,86 @@
+"""The cross-turn probe: facts stated early, a later turn that contradicts, retracts, restates or
+adds to them, with the fact taken out of the later turn's reference."""
+
+import random
+
+from fastvista.evaluation.cross_turn import (TYPES, contradiction, cross_turn_report, fact_sentences, probe_dialogues,
+                                             repeats, sentences)
+from fastvista.schema import Claim, Dialogue, ScoredDialogue, Turn, TurnResult
+
+REF_A = ("Lighthouse (tower): A lighthouse is a tower designed to emit light from a system of lamps and lenses. "
+         "The tallest lighthouse in the harbour was built in 1902 by the city engineers of the port. "
+         "Its keeper lived there.")
+REF_B = ("Harbour (port): The harbour was dredged in 1955 to let larger ships of the fleet enter it. "
+         "The tallest lighthouse in the harbour was built in 1902 by the city engineers of the port. "
+         "Ferries cross the harbour every hour between the two piers of the old town.")
+
+
+def dialogue(scored_turns: int = 3) -> Dialogue:
+    turns = []
+    for n in range(scored_turns):
+        turns.append(Turn(role="user", text=f"Tell me more, part {n}."))
+        turns.append(Turn(role="assistant", text=f"Sure, here is part {n} of what I know", reference=REF_A if n == 0 else REF_B))
+    return Dialogue(id="d1", source="topical_chat/test_freq", turns=turns)
+
+
+def test_sentences_keep_initials_and_split_a_lost_space():
+    assert sentences("It opened in the U.S. in 1933 and won. Michael B. Jordan starred.") == [
+        "It opened in the U.S. in 1933 and won.", "Michael B. Jordan starred."]
+    assert sentences("It was in an area of interest.In antiquity there was none.")[1] == "In antiquity there was none."
+
+
+def test_fact_sentences_drop_the_title_and_parentheses_and_need_something_to_contradict():
+    facts = fact_sentences("Chess (game): Chess (a board game) is played by two players on a board of sixty four squares. "
+                           "It was played in 1500 by the court of the king in the old palace. Who plays it today, then?")
+    assert facts == ["Chess is played by two players on a board of sixty four squares."]  # the pronoun-led one is not self-contained
+
+
+def test_a_contradiction_moves_the_year_not_the_day_and_negates_without_a_number():
+    rng = random.Random(0)
+    text, (old, new) = contradiction("The company was founded on 23 September 1889 by a card maker in the city.", rng)
+    assert old == "1889" and new != "1889" and 7 <= abs(int(new) - 1889) <= 23 and "23 September" in text
+    text, changed = contradiction("Chess is believed to have originated in India before the seventh century.", rng)
+    assert text.startswith("Chess is not believed") and changed == ["is", "is not"]
+    assert contradiction("Sharks can sense electric fields in the water around them at night.", rng)[0].startswith("Sharks cannot")
+
+
+def test_each_usable_dialogue_gives_four_versions_whose_probe_turn_only_memory_can_judge():
+    probes, skipped = probe_dialogues([dialogue(), dialogue(scored_turns=1).model_copy(update={"id": "short"})], seed=0)
+    assert len(probes) == 4 and sum(skipped.values()) == 1
+    assert {p.id for p in probes} == {f"d1#{kind}" for kind in TYPES}
+    for p in probes:
+        probe = p.turns[-1]
+        meta = probe.meta
+        fact_turn = p.turns[meta["fact_turn"]]
+        assert fact_turn.text.endswith(meta["fact"]) and fact_turn.text.startswith("Sure, here is part 0 of what I know.")
+        assert meta["fact"] in REF_A  # the fact is its turn's own reference sentence
+        assert not any(repeats(s, meta["fact"]) for s in sentences(probe.reference))  # the probe's reference lacks it
+        scored = p.scored_indices()
+        assert scored == [meta["fact_turn"], len(p.turns) - 1]  # the turns between are context only
+        label, hallucinated = TYPES[meta["probe"]]
+        assert probe.gold.claims[0].label.value == label and probe.gold.label == ("hallucinated" if hallucinated else "faithful")
+        if meta["probe"] == "unsupported":
+            other = meta["unsupported_fact"]
+            assert not any(repeats(t.text, other) for t in p.turns[:-1]) and not any(repeats(s, other) for s in sentences(probe.reference))
+        if meta["probe"] == "contradict":
+            old, new = meta["changed"]
+            assert new in probe.text and probe.text != meta["fact"]
+
+
+def scored(kind: str, hallucinated: bool, labels: list[str]) -> ScoredDialogue:
+    d = dialogue(2)
+    claims = [Claim(text="x", label=label) for label in labels]
+    last = TurnResult(index=len(d.turns) - 1, claims=claims, score=0.0, no_claims=not claims, hallucinated=hallucinated)
+    first = TurnResult(index=1, claims=[], score=1.0, no_claims=True, hallucinated=True)
+    return ScoredDialogue(id=f"d{kind}{hallucinated}#{kind}", source="x", turns=[first, last], dialogue=d)
+
+
+def test_the_report_counts_detections_and_false_alarms_on_the_probe_turn_only():
+    results = [scored("contradict", True, ["CONTRADICTED"]), scored("contradict", False, ["VERIFIED"]),
+               scored("restate", False, ["VERIFIED"]), scored("restate", True, ["LACKING_EVIDENCE"]),
+               scored("restate", False, [])]
+    report = cross_turn_report(results)
+    assert report["contradict"]["flagged_share"] == 0.5 and report["contradict"]["correct_decision_share"] == 0.5
+    assert report["restate"]["n"] == 3 and report["restate"]["correct_decision_share"] == round(2 / 3, 4)
+    assert report["restate"]["no_claim_turns"] == 1 and report["contradict"]["claim_labels"] == {"CONTRADICTED": 1, "VERIFIED": 1}
+    assert "abstain" not in report
