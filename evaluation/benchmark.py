@@ -6,7 +6,8 @@
         --out runs/baselines
 
 `NAME=FILE@N` scores a seeded random sample of N dialogues of a JSONL file (all without @N).
-Per scorer and data set: turn accuracy (all and per source) beside always-hallucinated, how well
+Per scorer and data set: turn accuracy (all and per source), precision, recall and F1 with
+hallucinated as positive and macro-F1, beside always-hallucinated (accuracy and F1), how well
 the turn score separates faithful from hallucinated turns (mean scores, ROC AUC), calls, tokens
 and seconds per turn. Q2's run also gives the `Q2 w/o NLI` row (kept in each turn's details).
 Results go to OUT/SCORER/NAME/results.jsonl (resumable); benchmark.json and benchmark.md.
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from fastvista.evaluation.compare import against_gold
 from fastvista.evaluation.metrics import accuracy, separation
+from fastvista.evaluation.report import DECISION_HEADER, decision_cells
 from fastvista.evaluation.scorers import SCORERS, EvalConfig, backend_factory, machine_for
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.records_io import read_scored
@@ -53,13 +55,13 @@ def without_nli(scored, threshold: float) -> dict:
 
 
 def table(results: dict) -> str:
-    lines = ["| data | scorer | n | turn acc | always halluc. | score AUC | mean score faithful / halluc. | calls/turn | tokens/turn | s/turn |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| data | scorer | n | {DECISION_HEADER} | score AUC | mean score faithful / halluc. | calls/turn | tokens/turn | s/turn |",
+             "|" + "---|" * 15]
     for data, by_scorer in results.items():
         for name, r in by_scorer.items():
             acc, sep = r["turn_accuracy"], r["separation"]
             tokens = round(r["prompt_tokens_per_turn"] + r["completion_tokens_per_turn"], 1) if "calls_per_turn" in r else "-"
-            lines.append(f"| {data} | {name} | {acc['n']} | {acc['accuracy']} | {acc['always_hallucinated']} | {sep['roc_auc']} | "
+            lines.append(f"| {data} | {name} | {acc['n']} | {decision_cells(acc)} | {sep['roc_auc']} | "
                          f"{sep['mean_faithful']} / {sep['mean_hallucinated']} | {r.get('calls_per_turn', '-')} | {tokens} | {r.get('seconds_per_turn') or '-'} |")
     return "\n".join(lines)
 

@@ -46,17 +46,33 @@ def decision_agreement(a: Sequence[bool], b: Sequence[bool]) -> dict:
 
 
 def accuracy(predicted: Sequence[bool], gold: Sequence[bool]) -> dict:
-    """Accuracy of hallucinated/faithful decisions, with the majority-class baseline beside it."""
+    """Turn decisions (True: hallucinated) against human labels: accuracy, and precision, recall
+    and F1 with hallucinated as the positive class, as VISTA's released evaluator reports them, so
+    figures can be set beside the paper's; macro-F1 over the classes present in gold or
+    predictions (sklearn's default, as `label_report`); and the trivial baselines beside them:
+    always hallucinated (accuracy = the positive share; F1 with precision = that share, recall 1)
+    and always faithful. Where a ratio has a zero denominator (no hallucinated turn predicted, or
+    none in gold) it counts 0, sklearn's zero_division=0; with no turns every figure is None."""
+    from sklearn.metrics import f1_score, precision_recall_fscore_support
+
     n = len(gold)
+    keys = ("accuracy", "precision", "recall", "f1", "macro_f1", "always_hallucinated", "always_hallucinated_f1", "always_faithful")
     if n == 0:
-        return {"n": 0, "accuracy": None}
+        return {"n": 0, **dict.fromkeys(keys)}
+    predicted, gold = list(map(bool, predicted)), list(map(bool, gold))
+    precision, recall, f1, _ = precision_recall_fscore_support(gold, predicted, average="binary", pos_label=True, zero_division=0)
     positives = sum(gold)
-    return {
-        "n": n,
-        "accuracy": round(sum(p == g for p, g in zip(predicted, gold)) / n, 4),
-        "always_hallucinated": round(positives / n, 4),
-        "always_faithful": round(1 - positives / n, 4),
+    figures = {
+        "accuracy": sum(p == g for p, g in zip(predicted, gold)) / n,
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "macro_f1": f1_score(gold, predicted, average="macro", zero_division=0),
+        "always_hallucinated": positives / n,
+        "always_hallucinated_f1": f1_score(gold, [True] * n, average="binary", pos_label=True, zero_division=0),
+        "always_faithful": 1 - positives / n,
     }
+    return {"n": n, **{k: round(float(figures[k]), 4) for k in keys}}
 
 
 def separation(scores: Sequence[float], hallucinated: Sequence[bool]) -> dict:

@@ -1,5 +1,6 @@
 """Assemble `report.md` from the evaluation's JSON outputs: agreement with the teacher, accuracy
-against human labels (each scorer beside the trivial baselines), and the measured speedup.
+against human labels (each scorer beside the trivial baselines, with VISTA's precision, recall
+and F1 of hallucinated turns), and the measured speedup.
 
     fastvista eval report --agreement runs/eval/agreement.json \\
         --gold student=runs/eval/gold_student.json --gold teacher=runs/eval/gold_teacher.json \\
@@ -42,18 +43,33 @@ def agreement_section(a: dict) -> list[str]:
     ]
 
 
+def _get(block: dict, key: str):
+    """A figure of a block; "–" where it is undefined (no turns) or absent (a gold.json written
+    before that figure was reported)."""
+    value = block.get(key)
+    return "–" if value is None else value
+
+
+DECISION_HEADER = "accuracy | precision | recall | F1 (halluc. +) | macro-F1 | always halluc. acc / F1 | always faithful"
+
+
+def decision_cells(a: dict) -> str:
+    """A `metrics.accuracy` block as the cells under DECISION_HEADER, shared by report.md and the
+    benchmark table so both show turn decisions the same way."""
+    return " | ".join([*(str(_get(a, k)) for k in ("accuracy", "precision", "recall", "f1", "macro_f1")),
+                       f"{_get(a, 'always_hallucinated')} / {_get(a, 'always_hallucinated_f1')}", str(_get(a, "always_faithful"))])
+
+
 def gold_section(golds: dict[str, dict]) -> list[str]:
     sources = sorted({s for g in golds.values() for s in g["turn_accuracy_by_source"]})
-    names = list(golds)
     lines = ["## Accuracy against human labels (hallucinated or not, per turn)", "",
-             "| source | n | " + " | ".join(names) + " | always hallucinated | always faithful |",
-             "|---|---|" + "---|" * (len(names) + 2)]
+             "Precision, recall and F1 take hallucinated as the positive class (VISTA's evaluator); "
+             "macro-F1 averages the F1 of both classes (of the one, where only one occurs).", "",
+             f"| source | scorer | n | {DECISION_HEADER} |", "|" + "---|" * 10]
     for s in sources:
-        first = next(g["turn_accuracy_by_source"][s] for g in golds.values() if s in g["turn_accuracy_by_source"])
-        cells = [str(g["turn_accuracy_by_source"].get(s, {}).get("accuracy", "–")) for g in golds.values()]
-        lines.append(f"| {s} | {first['n']} | " + " | ".join(cells) + f" | {first['always_hallucinated']} | {first['always_faithful']} |")
-    cells = [f"{g['turn_accuracy']['accuracy']} (n={g['turn_accuracy']['n']})" for g in golds.values()]
-    lines.append("| **all** (each scorer on its own turns) | | " + " | ".join(cells) + " | | |")
+        lines += [f"| {s} | {name} | {g['turn_accuracy_by_source'][s]['n']} | {decision_cells(g['turn_accuracy_by_source'][s])} |"
+                  for name, g in golds.items() if s in g["turn_accuracy_by_source"]]
+    lines += [f"| **all** | {name} | {g['turn_accuracy']['n']} | {decision_cells(g['turn_accuracy'])} |" for name, g in golds.items()]
     claim_rows = [(n, g["claims"]) for n, g in golds.items() if "claims" in g]
     if claim_rows:
         lines += ["", "Claims against human claims (VISTA's re-annotation):", "",
@@ -87,7 +103,8 @@ def headline_section(agreement: dict | None, golds: dict[str, dict], speed: dict
         rows.append(f"| agreement with the teacher: turn score Pearson | {_ci(agreement['turn_score'])} |")
     for name, g in golds.items():
         a = g["turn_accuracy"]
-        rows.append(f"| {name}: accuracy against human labels (n={a['n']}) / always hallucinated | {a['accuracy']} / {a.get('always_hallucinated')} |")
+        rows.append(f"| {name} against human labels (n={a['n']}): accuracy / F1 (hallucinated +) / macro-F1; always hallucinated: accuracy / F1 | "
+                    f"{_get(a, 'accuracy')} / {_get(a, 'f1')} / {_get(a, 'macro_f1')}; {_get(a, 'always_hallucinated')} / {_get(a, 'always_hallucinated_f1')} |")
     if speed:
         turns = speed["configurations"][speed["best_student"]]["turns"]
         rows.append(f"| speedup: {speed['best_student']} over {speed['strongest_teacher_name']} (same engine, {turns} turns) | **{speed['speedup']}x** |")

@@ -6,7 +6,9 @@
 
 Every variant runs on one engine (built once) into OUT/NAME/labelled.jsonl (resumable; the call
 cache answers what an earlier run asked). Per variant: turn accuracy against the human decision
-(and per source; with VISTA's decision and with the attribution reading of the same labels), claim accuracy and macro-F1 (one for one on gold claims, aligned otherwise),
+(and per source; with VISTA's decision and with the attribution reading of the same labels) and
+VISTA's precision, recall and F1 with hallucinated as positive beside turn macro-F1, claim accuracy
+and macro-F1 (one for one on gold claims, aligned otherwise),
 calls, tokens and seconds per turn. Variants with label scores on gold claims also get
 out-of-fold figures with fitted thresholds (`synth.calibrate`), and the settings fitted on all
 of them are written to OUT/NAME/fitted.yaml. Prints a markdown table; writes quality.json and quality.md.
@@ -43,12 +45,16 @@ def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, weigh
         raise RuntimeError(f"{name}: no dialogue was scored ({len(stats.failed)} failed, e.g. {stats.failed[:1]})")
     gold = against_gold(scored, failed=stats.failed)
     attribution = against_gold(scored, reading="attribution", failed=stats.failed)
+    decisions = gold["turn_accuracy"]
     row = {
         "settings": teacher.model_dump(mode="json"),
         "turns": len(turns),
         "failed_dialogues": len(stats.failed),
-        "turn_accuracy": gold["turn_accuracy"]["accuracy"],
-        "always_hallucinated": gold["turn_accuracy"]["always_hallucinated"],
+        "turn_accuracy": decisions["accuracy"],
+        # VISTA's metric: hallucinated is the positive class (see evaluation.metrics.accuracy).
+        **{f"turn_{k}": decisions[k] for k in ("precision", "recall", "f1", "macro_f1")},
+        "always_hallucinated": decisions["always_hallucinated"],
+        "always_hallucinated_f1": decisions["always_hallucinated_f1"],
         "turn_accuracy_by_source": {s: v["accuracy"] for s, v in gold["turn_accuracy_by_source"].items()},
         "always_hallucinated_by_source": {s: v["always_hallucinated"] for s, v in gold["turn_accuracy_by_source"].items()},
         # The same labels read as attribution (BEGIN's definition; see evaluation.compare.decision).
@@ -77,21 +83,22 @@ def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, weigh
 
 
 def table(rows: dict) -> str:
-    lines = ["| variant | turn acc | turn acc, attribution reading | claim acc | macro-F1 | calls/turn | prompt tok/turn | s/turn |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| variant | turn acc | precision | recall | F1 (halluc. +) | turn macro-F1 | turn acc, attribution reading | claim acc | "
+             "claim macro-F1 | calls/turn | prompt tok/turn | s/turn |", "|" + "---|" * 12]
 
     def fmt(x):
         return "-" if x is None else x
 
     for name, r in rows.items():
-        lines.append(f"| {name} | {fmt(r['turn_accuracy'])} | {r['attribution_turn_accuracy']} | {fmt(r.get('claim_accuracy'))} | {fmt(r.get('macro_f1'))} | "
+        lines.append(f"| {name} | {fmt(r['turn_accuracy'])} | {fmt(r['turn_precision'])} | {fmt(r['turn_recall'])} | {fmt(r['turn_f1'])} | "
+                     f"{fmt(r['turn_macro_f1'])} | {r['attribution_turn_accuracy']} | {fmt(r.get('claim_accuracy'))} | {fmt(r.get('macro_f1'))} | "
                      f"{r['calls_per_turn']} | {r['prompt_tokens_per_turn']} | {fmt(r['seconds_per_turn'])} |")
-        if "calibrated_cv" in r:
+        if "calibrated_cv" in r:  # synth.calibrate reports out-of-fold turn accuracy only
             cv = r["calibrated_cv"]
-            lines.append(f"| {name} + calibrated (out-of-fold) | {cv['turn_accuracy']} | - | {cv['claim_accuracy']} | {cv['macro_f1']} | "
+            lines.append(f"| {name} + calibrated (out-of-fold) | {cv['turn_accuracy']} | - | - | - | - | - | {cv['claim_accuracy']} | {cv['macro_f1']} | "
                          f"{r['calls_per_turn']} | {r['prompt_tokens_per_turn']} | {fmt(r['seconds_per_turn'])} |")
     first = next(iter(rows.values()))
-    lines.append(f"\nalways-hallucinated turn accuracy: {first['always_hallucinated']} over {first['turns']} turns")
+    lines.append(f"\nalways-hallucinated turn accuracy / F1: {first['always_hallucinated']} / {first['always_hallucinated_f1']} over {first['turns']} turns")
     if len(first["turn_accuracy_by_source"]) > 1:
         lines += ["", "| variant | reading | " + " | ".join(first["turn_accuracy_by_source"]) + " |",
                   "|---|---|" + "---|" * len(first["turn_accuracy_by_source"])]

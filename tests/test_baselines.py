@@ -184,6 +184,12 @@ def test_eval_run_cli_scores_with_a_baseline_and_reports_accuracy(tmp_path):
     assert result.exit_code == 0, result.output
     gold = json.loads((tmp_path / "out" / "gold.json").read_text())
     assert gold["turn_accuracy"]["accuracy"] == 1.0 and gold["score_separation"]["roc_auc"] == 1.0
+    # `eval gold` on the same results: VISTA's metric (hallucinated positive) beside accuracy
+    shown = CliRunner().invoke(app, ["eval", "gold", str(tmp_path / "out" / "results.jsonl")])
+    assert shown.exit_code == 0, shown.output
+    turns = json.loads(shown.output)["turn_accuracy"]
+    assert turns == gold["turn_accuracy"] == {"n": 2, "accuracy": 1.0, "precision": 1.0, "recall": 1.0, "f1": 1.0, "macro_f1": 1.0,
+                                              "always_hallucinated": 0.5, "always_hallucinated_f1": 0.6667, "always_faithful": 0.5}
     bad = CliRunner().invoke(app, ["eval", "run", "--scorer", "oracle", "-i", str(records), "-o", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "unknown scorer" in bad.output
 
@@ -263,3 +269,22 @@ def test_benchmark_compares_scorers_on_one_engine_and_derives_q2_without_nli(tmp
     assert results["toy"]["judge"]["turns"] == 2 and results["toy"]["judge"]["calls_per_turn"] == 1.0
     assert results["toy"]["q2"]["calls_per_turn"] > 2  # questions, answers on both texts
     assert (tmp_path / "b" / "benchmark.md").read_text().count("| toy |") == 3
+
+
+def test_benchmark_table_shows_vistas_metric_beside_the_baseline():
+    from fastvista.evaluation.benchmark import table
+    from fastvista.evaluation.metrics import accuracy
+
+    # 3 true positives, 1 false positive, 2 false negatives, 4 true negatives (True: hallucinated)
+    gold = [True] * 3 + [False] + [True] * 2 + [False] * 4
+    predicted = [True] * 4 + [False] * 6
+    separation = {"roc_auc": 0.8, "mean_faithful": 0.9, "mean_hallucinated": 0.4}
+    results = {"toy": {"judge": {"turn_accuracy": accuracy(predicted, gold), "separation": separation, "calls_per_turn": 1.0,
+                                 "prompt_tokens_per_turn": 200, "completion_tokens_per_turn": 3, "seconds_per_turn": 0.5},
+                       "q2 w/o NLI": {"turn_accuracy": accuracy(gold, gold), "separation": separation}}}
+    header, rule, judge, q2_row = table(results).splitlines()
+    assert header == ("| data | scorer | n | accuracy | precision | recall | F1 (halluc. +) | macro-F1 | always halluc. acc / F1 | always faithful | "
+                      "score AUC | mean score faithful / halluc. | calls/turn | tokens/turn | s/turn |")
+    assert rule.count("---") == header.count("|") - 1
+    assert judge == "| toy | judge | 10 | 0.7 | 0.75 | 0.6 | 0.6667 | 0.697 | 0.5 / 0.6667 | 0.5 | 0.8 | 0.9 / 0.4 | 1.0 | 203 | 0.5 |"
+    assert q2_row == "| toy | q2 w/o NLI | 10 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | 0.5 / 0.6667 | 0.5 | 0.8 | 0.9 / 0.4 | - | - | - |"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fastvista.evaluation.compare import against_gold, agreement
-from fastvista.evaluation.metrics import align, correlation, decision_agreement, label_report, token_f1
+from fastvista.evaluation.metrics import accuracy, align, correlation, decision_agreement, label_report, token_f1
 from fastvista.labels import Label
 from fastvista.protocol import drive
 
@@ -44,6 +44,84 @@ def test_label_report_keeps_every_label_in_the_confusion_matrix():
     assert len(report["confusion"]) == 5 and sum(map(sum, report["confusion"])) == 3
     assert report["f1"]["VERIFIED"] == 1.0 and report["f1"]["CONTRADICTED"] == 0.0
     assert math.isclose(report["macro_f1"], 1 / 3, abs_tol=1e-4)  # three labels present
+
+
+# 3 true positives, 1 false positive, 2 false negatives, 4 true negatives (True: hallucinated)
+GOLD = [True] * 3 + [False] + [True] * 2 + [False] * 4
+PREDICTED = [True] * 3 + [True] + [False] * 2 + [False] * 4
+
+
+def test_turn_decisions_get_vistas_metric_with_hallucinated_as_positive():
+    assert accuracy(PREDICTED, GOLD) == {
+        "n": 10, "accuracy": 0.7,
+        "precision": 0.75, "recall": 0.6, "f1": 0.6667,  # 3/4, 3/5, 2*3/(2*3+1+2)
+        "macro_f1": 0.697,  # faithful F1 2*4/(2*4+2+1) = 8/11; (2/3 + 8/11) / 2
+        "always_hallucinated": 0.5, "always_hallucinated_f1": 0.6667,  # precision 0.5, recall 1
+        "always_faithful": 0.5,
+    }
+    # the baseline's F1 is 2p/(1+p) for a positive share p
+    assert accuracy([False] * 10, [True] * 3 + [False] * 7)["always_hallucinated_f1"] == round(2 * 0.3 / 1.3, 4)
+
+
+def test_turn_metric_on_no_turns_and_on_one_class_gold():
+    assert accuracy([], []) == {"n": 0, **dict.fromkeys(["accuracy", "precision", "recall", "f1", "macro_f1", "always_hallucinated",
+                                                          "always_hallucinated_f1", "always_faithful"])}
+    # no hallucinated turn anywhere: precision, recall and F1 count 0; macro-F1 averages the one class present
+    right = accuracy([False, False], [False, False])
+    assert (right["accuracy"], right["precision"], right["recall"], right["f1"], right["macro_f1"]) == (1.0, 0.0, 0.0, 0.0, 1.0)
+    assert right["always_hallucinated"] == right["always_hallucinated_f1"] == 0.0
+    false_alarm = accuracy([True, False], [False, False])  # both classes present: faithful F1 2/3, hallucinated 0
+    assert false_alarm["precision"] == false_alarm["f1"] == 0.0 and false_alarm["macro_f1"] == 0.3333
+    all_bad = accuracy([True, False], [True, True])
+    assert (all_bad["precision"], all_bad["recall"], all_bad["always_hallucinated_f1"]) == (1.0, 0.5, 1.0)
+
+
+def gold_report(predicted, gold, by_source: dict[str, slice]) -> dict:
+    """What `against_gold` writes for turn decisions, from decisions and labels."""
+    return {"turn_accuracy": accuracy(predicted, gold),
+            "turn_accuracy_by_source": {s: accuracy(predicted[cut], gold[cut]) for s, cut in by_source.items()}}
+
+
+def test_report_shows_vistas_metric_for_every_scorer_and_source(tmp_path):
+    import json
+
+    from fastvista.evaluation import report
+
+    (tmp_path / "student.json").write_text(json.dumps(gold_report(PREDICTED, GOLD, {"a": slice(0, 4), "b": slice(4, 10)})))
+    # another scorer, on source b only, right on every turn
+    (tmp_path / "teacher.json").write_text(json.dumps(gold_report(GOLD[4:], GOLD[4:], {"b": slice(0, 6)})))
+    text = report.main(tmp_path / "r.md", gold=[f"student={tmp_path / 'student.json'}", f"teacher={tmp_path / 'teacher.json'}"])
+    assert ("| source | scorer | n | accuracy | precision | recall | F1 (halluc. +) | macro-F1 | always halluc. acc / F1 | always faithful |\n"
+            "|---|---|---|---|---|---|---|---|---|---|") in text
+    assert "| a | student | 4 | 0.75 | 0.75 | 1.0 | 0.8571 | 0.4286 | 0.75 / 0.8571 | 0.25 |" in text  # one false alarm
+    assert "| b | student | 6 | 0.6667 | 0.0 | 0.0 | 0.0 | 0.4 | 0.3333 / 0.5 | 0.6667 |" in text  # misses both bad turns
+    assert "| b | teacher | 6 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | 0.3333 / 0.5 | 0.6667 |" in text
+    assert "| a | teacher |" not in text
+    assert "| **all** | student | 10 | 0.7 | 0.75 | 0.6 | 0.6667 | 0.697 | 0.5 / 0.6667 | 0.5 |" in text
+    assert ("| student against human labels (n=10): accuracy / F1 (hallucinated +) / macro-F1; always hallucinated: accuracy / F1 "
+            "| 0.7 / 0.6667 / 0.697; 0.5 / 0.6667 |") in text
+
+
+def test_teacher_quality_tabulates_vistas_metric(tmp_path):
+    from fastvista.evaluation import teacher_quality
+    from fastvista.schema import Gold
+
+    # the scripted teacher calls turns 1 and 3 hallucinated, turn 5 (a question) faithful
+    dialogues = []
+    for i, labels in enumerate(["HHF", "HFF", "FFH", "HHH"]):
+        d = museum_dialogue(i)
+        for index, label in zip((1, 3, 5), labels):
+            d.turns[index].gold = Gold(label="hallucinated" if label == "H" else "faithful")
+        dialogues.append(d)
+    row = teacher_quality.measure("full", TeacherConfig(), dialogues, ScriptedBackend, {}, tmp_path, 5)
+    # 5 true positives, 3 false positives, 2 false negatives, 2 true negatives
+    assert (row["turn_accuracy"], row["turn_precision"], row["turn_recall"], row["turn_f1"]) == (0.5833, 0.625, 0.7143, 0.6667)
+    assert row["turn_macro_f1"] == round((10 / 15 + 4 / 9) / 2, 4)
+    assert (row["always_hallucinated"], row["always_hallucinated_f1"]) == (0.5833, round(14 / 19, 4))
+    text = teacher_quality.table({"full": row})
+    assert text.startswith("| variant | turn acc | precision | recall | F1 (halluc. +) | turn macro-F1 | turn acc, attribution reading |")
+    assert "| full | 0.5833 | 0.625 | 0.7143 | 0.6667 | 0.5556 | 0.5833 | - | - |" in text
+    assert "always-hallucinated turn accuracy / F1: 0.5833 / 0.7368 over 12 turns" in text
 
 
 def test_student_against_teacher_on_the_same_dialogues():
