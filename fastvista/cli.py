@@ -425,6 +425,25 @@ def eval_train_speed(
         fail(str(e))
 
 
+@eval_app.command("learning-curve")
+def eval_learning_curve(
+    config: Path = typer.Option(Path("configs/eval/learning_curve_cpu.yaml"), "--config", "-c",
+                                help="YAML: sft and score configs, the corpus split's files, the sizes."),
+    out: Path = typer.Option(Path("runs/learning_curve"), "--out", "-o",
+                             help="Output folder: turns_N/ per point, learning_curve.json, .md and .png."),
+    set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set sizes=[250,750]."),
+):
+    """The student's agreement with the teacher on the test turns against the number of training
+    turns: trains, scores and compares one student per size; finished points are kept."""
+    from fastvista.config import load_config
+    from fastvista.evaluation.learning_curve import LearningCurveConfig, main
+
+    try:
+        main(LearningCurveConfig.model_validate(load_config(str(config), set_)), out)
+    except RUN_ERRORS as e:
+        fail(str(e))
+
+
 @eval_app.command("teacher-quality")
 def eval_teacher_quality(
     config: Path = typer.Option(..., "--config", "-c", help="A synth config: its backend and teacher settings are the base."),
