@@ -70,6 +70,7 @@ def test_train_speed_runs_each_variant_as_the_training_script_with_its_keys(tmp_
     assert args["--max_steps"] == "3" and args["--bf16"] == "true" and args["--save_strategy"] == "no"
     assert args["--output_dir"] == str(tmp_path / "bf16") and args["--merge"] == "false"
     assert args["--logging_steps"] == "1"  # the steady throughput needs the token count at every step
+    assert args["--eval_file"] == "" and args["--eval_fraction"] == "0"  # a speed run spends nothing on validation
     fast = row({"tokens_per_s": 300.0, "steady_tokens_per_s": 320.0, "peak_memory_mb": 900, "loss": [{"step": 3, "loss": 1.5}],
                 "examples": {"train": 40}})
     slow = row({"tokens_per_s": 150.0, "peak_memory_mb": 1200, "loss": [{"step": 3, "loss": 1.6}], "examples": {"train": 40}})

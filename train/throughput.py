@@ -32,7 +32,7 @@ def variant_command(cfg: TrainSpeedConfig, overrides: dict, out: Path) -> list[s
     """The `accelerate launch` command of one variant (its keys as command-line overrides)."""
     accelerate = Path(sys.executable).parent / "accelerate"
     keys = {"max_steps": cfg.max_steps, "logging_steps": 1, "eval_strategy": "no", "save_strategy": "no", "parse_check": 0, "merge": False,
-            **overrides, "output_dir": str(out)}
+            **overrides, "output_dir": str(out), "eval_file": "", "eval_fraction": 0}  # no validation pass: speed only
     args = [a for k, v in keys.items() for a in (f"--{k}", json.dumps(v) if isinstance(v, bool) else str(v))]
     return [str(accelerate), "launch", "--config_file", cfg.accelerate_config, "train/sft.py", "--config", cfg.sft_config, *args]
 
