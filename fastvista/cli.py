@@ -444,6 +444,24 @@ def eval_learning_curve(
         fail(str(e))
 
 
+@eval_app.command("ablation")
+def eval_ablation(
+    config: Path = typer.Option(Path("configs/eval/vista_ablation.yaml"), "--config", "-c",
+                                help="YAML: the teacher's synth config, the variants, the data sets."),
+    out: Path = typer.Option(Path("runs/ablation"), "--out", "-o", help="Output folder: DATA/VARIANT/labelled.jsonl, ablation.json, ablation.md."),
+    set_: List[str] = typer.Option([], "--set", help="Override a key of the ablation config, e.g. --set data.vista_dev.input=FILE."),
+):
+    """The teacher's ablation table (full, no history, no accumulation, zero-shot, both off) on
+    every data set of the config, one engine for all; resumable."""
+    from fastvista.config import load_config
+    from fastvista.evaluation.ablation import AblationConfig, main
+
+    try:
+        main(AblationConfig.model_validate(load_config(str(config), set_)), out)
+    except RUN_ERRORS as e:
+        fail(str(e))
+
+
 @eval_app.command("teacher-quality")
 def eval_teacher_quality(
     config: Path = typer.Option(..., "--config", "-c", help="A synth config: its backend and teacher settings are the base."),
