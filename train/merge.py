@@ -10,7 +10,9 @@ import json
 from pathlib import Path
 
 
-def merge(adapter: Path, out: Path, dtype: str = "auto") -> Path:
+def merge(adapter: Path, out: Path, dtype: str = "auto", base: str | None = None) -> Path:
+    """The adapter merged into its base (`base`, or the one its adapter_config names), saved to
+    `out` with the tokenizer and the student format."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -18,11 +20,13 @@ def merge(adapter: Path, out: Path, dtype: str = "auto") -> Path:
     from fastvista.contract import read_format, write_format
     from fastvista.models import resolve_model
 
-    base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    base = base or json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
     model = AutoModelForCausalLM.from_pretrained(resolve_model(base), dtype="auto" if dtype == "auto" else getattr(torch, dtype))
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     merged.save_pretrained(str(out))
-    AutoTokenizer.from_pretrained(str(adapter)).save_pretrained(str(out))
+    # a shipped adapter leaves the tokenizer to its base
+    tokenizer = adapter if (adapter / "tokenizer_config.json").exists() else resolve_model(base)
+    AutoTokenizer.from_pretrained(str(tokenizer)).save_pretrained(str(out))
     fmt = read_format(adapter)
     if fmt is not None:  # the merged student keeps the format it was trained with
         write_format(out, fmt)

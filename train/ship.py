@@ -1,0 +1,117 @@
+"""Ship a trained student in this repository: its adapter, its student format and a model card in
+the Hugging Face style, in `students/NAME/`, to be pinned in `fastvista.models.STUDENTS`.
+
+    fastvista models ship runs/learning_curve/turns_2400/student --name smollm2-135m-student \\
+        --base smollm2-135m-instruct --agreement runs/learning_curve/turns_2400/agreement.json
+
+The card holds the base model, the library, the training data's sha256, the training settings,
+and the target table (agreement with the teacher on the corpus's test turns) with each target
+marked met or not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+# (label, agreement report path, target): the corpus issue's targets, student against teacher.
+TARGETS = (
+    ("hallucination-decision agreement", ("hallucinated_decision", "agreement"), 0.80),
+    ("Cohen's kappa", ("hallucinated_decision", "kappa"), 0.55),
+    ("turn-score Pearson", ("turn_score", "pearson"), 0.65),
+    ("claim recall", ("claims", "recall"), 0.70),
+    ("label accuracy on aligned claims", ("claims", "labels_on_aligned", "accuracy"), 0.70),
+)
+FILES = ("adapter_model.safetensors", "adapter_config.json", "format.json")
+
+
+def _get(report: dict, path: tuple):
+    for key in path:
+        report = report.get(key) if isinstance(report, dict) else None
+    return report
+
+
+def target_table(agreement: dict) -> str:
+    lines = ["| measure (test turns, student vs teacher) | value | target | met |", "|---|---|---|---|"]
+    for label, path, target in TARGETS:
+        value = _get(agreement, path)
+        if path == ("turn_score", "pearson"):
+            ci = _get(agreement, ("turn_score", "pearson_ci95"))
+            shown = f"{value} [{ci[0]}, {ci[1]}]" if value is not None and ci else str(value)
+        else:
+            shown = str(value)
+        met = "-" if value is None else ("yes" if value >= target else "no")
+        lines.append(f"| {label} | {shown} | ≥ {target} | {met} |")
+    return "\n".join(lines)
+
+
+def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
+    """The README.md of a shipped student: front matter, what it is, its data, its settings, its figures."""
+    front = {"base_model": base, "library_name": "peft", "license": "apache-2.0", "pipeline_tag": "text-generation",
+             "tags": ["fastvista", "factuality", "dialogue", "lora", "trl"]}
+    training = record.get("config", {}).get("training", {})
+    settings = {k: training.get(k) for k in ("num_train_epochs", "learning_rate", "per_device_train_batch_size",
+                                             "gradient_accumulation_steps", "max_length", "bf16") if k in training}
+    model = record.get("config", {}).get("model", {})
+    settings.update({k: model.get(k) for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules") if k in model})
+    fmt = record.get("format", {})
+    turns = agreement.get("turns", {}).get("usable")
+    return f"""---
+{yaml.safe_dump(front, sort_keys=False).strip()}
+---
+
+# {name}
+
+The single-pass student of fastvista: given a dialogue turn, its history, its reference and the
+knowledge store, one call writes every claim of the turn with its label (VERIFIED,
+OUT_OF_SCOPE, ABSTENTION, CONTRADICTED, LACKING_EVIDENCE), in the format `fastvista score`
+forces and reads. It learned to agree with fastvista's teacher: the VISTA pipeline whose model,
+settings and prompts version `data/corpus/CORPUS.md` records.
+
+- **Base model:** {base}; a LoRA adapter, trained with TRL's SFTTrainer and PEFT.
+- **Use:** `fastvista models fetch {name}` (merges the adapter into the base), then `fastvista score`.
+- **Student format** (recorded in format.json; `fastvista score` refuses other settings):
+  {json.dumps(fmt)}
+
+## Training data
+
+{record.get('examples', {}).get('train')} teacher-labelled turns of `{record.get('train_file')}`
+(sha256 `{record.get('data_sha256')}`), built from the corpus of `data/corpus/` with
+`fastvista data corpus-split`. Validation: {record.get('examples', {}).get('eval')} turns of
+dialogues never trained on; final validation loss {record.get('final_eval_loss')}.
+
+## Training settings
+
+```yaml
+{yaml.safe_dump(settings, sort_keys=False).strip()}
+```
+
+Trained in {record.get('train_runtime_s')} s at {record.get('tokens_per_s')} tokens/s (peak
+memory {record.get('peak_memory_mb')} MB).
+
+## Agreement with the teacher ({turns} test turns of the corpus, never trained on)
+
+{target_table(agreement)}
+"""
+
+
+def ship(adapter: Path, name: str, base: str, agreement: dict, students: Path) -> tuple[Path, str]:
+    """Copy the adapter's files and write its card into `students/NAME`; returns the folder and
+    the adapter's sha256 (to pin in fastvista.models.STUDENTS)."""
+    missing = [f for f in FILES + ("training_record.json",) if not (adapter / f).exists()]
+    if missing:
+        raise ValueError(f"{adapter} lacks {', '.join(missing)}: is it a student trained by train/sft.py?")
+    folder = students / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in FILES:
+        shutil.copy(adapter / f, folder / f)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = base  # the embedded name, not the trainer's local path
+    (folder / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    record = json.loads((adapter / "training_record.json").read_text())
+    (folder / "README.md").write_text(model_card(name, base, record, agreement))
+    return folder, hashlib.sha256((folder / "adapter_model.safetensors").read_bytes()).hexdigest()
