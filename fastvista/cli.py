@@ -483,6 +483,24 @@ def eval_ablation(
         fail(str(e))
 
 
+@eval_app.command("engine-start")
+def eval_engine_start(
+    model: str = typer.Option("smollm2-135m-instruct", help="The model each engine loads (embedded name or folder)."),
+    input: str = typer.Option("data/demo/topical_chat_demo.jsonl", "--input", "-i", help="Dialogues whose student prompts are the workload."),
+    mode: List[str] = typer.Option(["compiled", "compiled_no_aot", "eager"], help="Engine modes to compare (repeatable)."),
+    repeats: int = typer.Option(2, help="Fresh engines per mode (the second finds the compile cache the first left)."),
+    kv_cache_bytes: int = typer.Option(1 << 30, help="KV cache of each engine, in bytes."),
+    out: Path = typer.Option(Path("runs/engine_start"), "--out", "-o", help="Output folder: engine_start.json and engine_start.md."),
+):
+    """vLLM engine start time and throughput per engine mode, each start in a fresh process."""
+    from fastvista.evaluation.engine_start import main
+
+    try:
+        main(model, input, mode, repeats, out, kv_cache_bytes)
+    except RUN_ERRORS as e:
+        fail(str(e))
+
+
 @eval_app.command("teacher-quality")
 def eval_teacher_quality(
     config: Path = typer.Option(..., "--config", "-c", help="A synth config: its backend and teacher settings are the base."),

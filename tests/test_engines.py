@@ -136,3 +136,13 @@ def test_a_prompt_over_max_model_len_is_an_error_before_it_is_sent(tiny_model):
     d.turns[1].text = "The Louvre is big. " * 300  # a huge turn fails its dialogue, never scores 1.0
     with pytest.raises(ScoringFailed, match="turn 1: backend: prompt too long"):
         drive(label_dialogue(d, TeacherConfig(**TEACHER)), backend)
+
+
+def test_an_eager_engine_starts_and_answers_the_engine_start_workload(tiny_model):
+    from pathlib import Path
+
+    from fastvista.evaluation.engine_start import child
+
+    demo = str(Path(__file__).parent.parent / "data" / "demo" / "topical_chat_demo.jsonl")
+    row = child("eager", str(tiny_model), demo, 1 << 28)
+    assert row["mode"] == "eager" and row["requests"] > 0 and row["completion_tokens"] > 0 and row["start_s"] > 0

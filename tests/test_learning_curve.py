@@ -46,3 +46,4 @@ def test_a_point_refuses_a_changed_training_set(tmp_path):
     with pytest.raises(ValueError, match="another training set"):
         point(cfg, examples(), 3, tmp_path)
     assert json.loads((folder / "train.jsonl").read_text()) == {"dialogue_id": "other"}  # kept, not overwritten
+

@@ -79,6 +79,11 @@ class BackendConfig(BaseModel):
     kv_cache_memory_bytes: Optional[int] = None
     tensor_parallel_size: int = 1
     enable_prefix_caching: bool = True
+    # vllm: how the engine runs the model. "compiled" (vLLM's default: torch.compile, with its AOT
+    # compile cache), "compiled_no_aot" (torch.compile without the AOT cache, whose load fails on
+    # this torch and recompiles anyway), "eager" (no compilation: the fastest start). See
+    # docs/speed.md for start times and throughput of each.
+    engine_mode: Literal["compiled", "compiled_no_aot", "eager"] = "compiled"
     # vllm: speculative decoding, e.g. {method: ngram, num_speculative_tokens: 4, prompt_lookup_max: 4}
     # (prompt lookup: the student's claims copy spans of the turn it scores)
     speculative: Optional[dict] = None

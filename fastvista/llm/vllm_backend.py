@@ -74,7 +74,10 @@ class VLLMBackend:
             enable_prefix_caching=config.enable_prefix_caching,
             kv_cache_memory_bytes=kv_bytes,
             seed=0,
+            enforce_eager=config.engine_mode == "eager",
         )
+        if config.engine_mode == "compiled_no_aot":
+            os.environ["VLLM_USE_AOT_COMPILE"] = "0"  # read when the engine compiles
         if config.speculative:
             # speculative decoding's acceptance counters are read from the engine's statistics
             kwargs.update(speculative_config=dict(config.speculative), disable_log_stats=False)
