@@ -230,6 +230,8 @@ def data_corpus_split(
     out: Path = typer.Option(..., "--out", "-o", help="Folder: train.jsonl, validation.jsonl (student examples), "
                              "test_labelled.jsonl, test_inputs.jsonl, report.json."),
     history_turns: int = typer.Option(8, help="History turns in the student's prompt (recorded in every example)."),
+    window_turns: int = typer.Option(0, help="Also write train_window.jsonl and validation_window.jsonl for a "
+                                     "dialogue-level student scoring this many turns a call (0: none)."),
 ):
     """The labelled corpus as the student's training, validation and test files, with its report:
     label counts and claims per turn per split, and the checks (turns the teacher could not label
@@ -238,7 +240,7 @@ def data_corpus_split(
     from fastvista.memory import MAX_STORE_CLAIMS
     from fastvista.records_io import RecordError, read_scored, write_jsonl
     from fastvista.synth.corpus import corpus_report
-    from fastvista.synth.training_set import training_examples
+    from fastvista.synth.training_set import training_examples, window_examples
 
     try:
         scored = [s for path in labelled for s in read_scored(path)]
@@ -252,6 +254,10 @@ def data_corpus_split(
     report = corpus_report(scored)
     report["examples"] = {name: write_jsonl(out / f"{name}.jsonl", [e for s in split[name] for e in training_examples(s, fmt)])
                           for name in ("train", "validation")}
+    if window_turns > 1:
+        window = fmt.model_copy(update={"turns_per_call": window_turns})
+        report["window_examples"] = {name: write_jsonl(out / f"{name}_window.jsonl", [e for s in split[name] for e in window_examples(s, window)])
+                                     for name in ("train", "validation")}
     write_jsonl(out / "test_labelled.jsonl", split["test"])
     write_jsonl(out / "test_inputs.jsonl", [s.dialogue for s in split["test"]])
     report["format"] = fmt.model_dump()

@@ -48,10 +48,13 @@ def test_corpus_split_writes_student_files_per_split_and_reports_the_checks(tmp_
     scored[0].turns[0].claims[0].text = "The Louvre opened in"  # what a cut answer would leave
     labelled = tmp_path / "labelled.jsonl"
     write_jsonl(labelled, scored)
-    result = CliRunner().invoke(app, ["data", "corpus-split", str(labelled), "-o", str(tmp_path / "split")])
+    result = CliRunner().invoke(app, ["data", "corpus-split", str(labelled), "-o", str(tmp_path / "split"), "--window-turns", "2"])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "split/report.json").read_text())
     assert report["examples"] == {"train": 3 + 2, "validation": 3}  # the turn with an error is left out
+    windows = [json.loads(l) for l in (tmp_path / "split/train_window.jsonl").read_text().splitlines()]
+    assert report["window_examples"]["train"] == len(windows) > 0 and all(e["format"]["turns_per_call"] == 2 for e in windows)
+    assert {e["dialogue_id"] for e in windows} <= {"d0", "d1"} and (tmp_path / "split/validation_window.jsonl").exists()
     assert report["by_split"]["train"]["turns_with_errors"] == 1 and report["by_split"]["test"]["scored_turns"] == 3
     assert report["claims_not_ending_a_sentence"] == 1 and "The Louvre opened in" in report["examples_not_ending_a_sentence"][0]
     train = [json.loads(l) for l in (tmp_path / "split/train.jsonl").read_text().splitlines()]
