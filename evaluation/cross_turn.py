@@ -41,20 +41,45 @@ TEMPLATES = {
 MIN_WORDS, MAX_WORDS = 8, 30
 _OPENERS = {"the", "a", "an", "in", "on", "at", "as", "by", "from", "for", "since", "after", "during", "with", "of", "to",
             "each", "every", "many", "most", "some", "one", "two", "three", "unlike", "like", "although", "while",
-            "unqualified", "originally", "today", "currently", "later", "however"}
-_PRONOUNS = {"it", "its", "he", "she", "they", "his", "her", "their", "this", "these", "those", "that", "there", "such"}
+            "unqualified", "originally", "today", "currently", "later", "however", "there", "two", "both", "all", "any"}
+# A fact must not lean on its context: no pronoun subject anywhere, no "The film ..." standing for a name.
+_CONTEXTUAL = re.compile(r"\b(?:it|they|he|she|this|these|those|such)\b|^(?:The|This|These|Its|Their|His|Her) (?:film|company|"
+                         r"game|series|band|show|album|song|book|team|league|franchise|network|station|tech giant|group|"
+                         r"character|novel|organization|site|service|subsidiary|studio|award|ceremony|event|concept|term|"
+                         r"genre|player|club|program|programme|channel|brand|product|device|singer|actor|artist)\b", re.I)
+# Words after which a changed number or a negation may not contradict (bounds, scopes, quantities).
+_UNSAFE = re.compile(r"\b(?:no|not|never|only|none|nor|some|many|several|most|few|various|often|sometimes|usually|"
+                     r"more than|over|at least|nearly|almost|about|around|approximately|up to|under|less than|as of|by|between|and|from|to|"
+                     r"since|until|before|after|circa|c\.)\s*\$?$", re.I)
+_NEGATORS = re.compile(r"\b(?:no|not|never|only|none|nor|neither|without)\b|^(?:Some|Many|Several|Most|Few|Various)\b", re.I)
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
-_NUMBER = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+)(?![\w]|[.,]\d)")
+_NUMBER = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+)(?:s\b)?(?![\w]|[.,]\d)")  # "1930s" counts as 1930
 _DAY = re.compile(rf"(?:\b(?:{_MONTHS})\s+\d{{1,2}}\b|\b\d{{1,2}}\s+(?:{_MONTHS})\b)")
 _AUX = re.compile(r"\b(is|are|was|were|has been|have been|had been|can|will)\b(?! not\b)")
+_RELATIVE = re.compile(r"\b(?:that|which|who|whom|whose|where|when|while|because|although|if)\b", re.I)
+_ABBREVIATIONS = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|St|No|Jr|Sr|Inc|Ltd|Co|vs|c|ca|approx|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|"
+                            r"Oct|Nov|Dec|[A-Z])\.$")
 _STOP = set("the a an and or but of to in on at for with by from as is are was were be been being it its this that these "
             "those he she they his her their which who also has have had".split())
 
 
+def plain(text: str) -> str:
+    """A reference without its title prefix and parentheses, spaces made single."""
+    text = re.sub(r"\s*\([^()]*\)", "", re.sub(r"^[^:.]{1,80}:\s+", "", text.strip()))
+    return " ".join(text.split())
+
+
 def sentences(text: str) -> list[str]:
-    """Split where a sentence mark is followed by a capital, not after initials ("U.S.", "B.")."""
+    """Split where a sentence mark is followed by a capital or a digit, not after an abbreviation
+    or an initial ("U.S.", "Dr.", "B.")."""
     text = re.sub(r"(?<=[a-z0-9]{2}[.!?])(?=[A-Z])", " ", text.strip())  # "interest.In" lost its space
-    return [s.strip() for s in re.split(r"(?<![.\s][A-Z]\.)(?<=[.!?])\s+(?=[A-Z0-9\"“])", text) if s.strip()]
+    parts, start = [], 0
+    for m in re.finditer(r"(?<=[.!?])\s+(?=[A-Z0-9\"“])", text):
+        if not _ABBREVIATIONS.search(text[start: m.start()]):
+            parts.append(text[start: m.start()])
+            start = m.end()
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
 
 
 def content_words(text: str) -> set[str]:
@@ -69,23 +94,30 @@ def repeats(sentence: str, fact: str) -> bool:
 
 
 def _number(fact: str) -> re.Match | None:
-    """The number to change: a year first, never the day of a date."""
+    """The number to change: a year first; never the day of a date, a decade, or a number after a
+    bound or a scope ("over 5 billion", "as of 2010"), whose change may still hold."""
     days = [m.span() for m in _DAY.finditer(fact)]
-    numbers = [m for m in _NUMBER.finditer(fact) if not any(a <= m.start() < b for a, b in days)]
+    numbers = [m for m in _NUMBER.finditer(fact) if not any(a <= m.start() < b for a, b in days)
+               and not m.group(0).endswith("s") and not _UNSAFE.search(fact[: m.start()])]
     years = [m for m in numbers if "," not in m.group(1) and 1000 <= int(m.group(1)) <= 2099]
     return (years or numbers or [None])[0]
 
 
+def _verb(fact: str) -> re.Match | None:
+    """The main verb to negate: an auxiliary before any relative clause."""
+    clause = _RELATIVE.search(fact)
+    verb = _AUX.search(fact[: clause.start()] if clause else fact)
+    return verb
+
+
 def fact_sentences(reference: str) -> list[str]:
-    """Self-contained declarative reference sentences of 8-30 words that can be contradicted
-    (a number to change or a verb to negate); the title prefix and parentheses are dropped."""
-    text = re.sub(r"\s*\([^()]*\)", "", re.sub(r"^[^:.]{1,80}:\s+", "", reference.strip()))
+    """Self-contained declarative reference sentences of 8-30 words that can be contradicted (a
+    number to change, or a main verb to negate in a sentence with no negation or quantifier)."""
     keep = []
-    for s in sentences(text):
-        words = s.split()
-        if not (MIN_WORDS <= len(words) <= MAX_WORDS and s.endswith(".")) or words[0].lower() in _PRONOUNS:
+    for s in sentences(plain(reference)):
+        if not (MIN_WORDS <= len(s.split()) <= MAX_WORDS and s.endswith(".")) or _CONTEXTUAL.search(s):
             continue
-        if re.search(r"[\[\]\"“”;:/]", s) or not (_number(s) or _AUX.search(s)):
+        if re.search(r"[\[\]\"“”;:/]", s) or _NEGATORS.search(s) or not (_number(s) or _verb(s)):
             continue
         keep.append(s)
     return keep
@@ -93,10 +125,10 @@ def fact_sentences(reference: str) -> list[str]:
 
 def contradiction(fact: str, rng: random.Random) -> tuple[str, list[str]]:
     """The fact made false: its number changed (a year moved by 7-23, a count multiplied) or,
-    without a number, its first verb negated. Returns the sentence and [old, new]."""
+    without one, its main verb negated. Returns the sentence and [old, new]."""
     match = _number(fact)
     if match is None:
-        verb = _AUX.search(fact)
+        verb = _verb(fact)
         negated = "cannot" if verb.group(1) == "can" else verb.group(1).replace(" been", "") + " not" + (" been" if "been" in verb.group(1) else "")
         return fact[: verb.start()] + negated + fact[verb.end():], [verb.group(1), negated]
     old = match.group(1)
@@ -114,10 +146,12 @@ def contradiction(fact: str, rng: random.Random) -> tuple[str, list[str]]:
 def lower_first(sentence: str, lowercase_words: set[str]) -> str:
     """Lower-case the opening word inside a template when it is a common word: one the dialogue's
     references also write in lower case ("Football" but not "Presley" or "NFL")."""
-    first = sentence.split()[0].strip(",;:")
-    common = first.lower() in _OPENERS or first.lower() in lowercase_words
-    acronym = len(first) > 1 and first.isupper()
-    return sentence[0].lower() + sentence[1:] if common and not acronym else sentence
+    words = sentence.split()
+    first = words[0].strip(",;:")
+    if first.lower() in _OPENERS:
+        return sentence[0].lower() + sentence[1:]
+    named = len(first) > 1 and first.isupper() or len(words) > 1 and words[1][:1].isupper()  # "NFL", "Black Panther"
+    return sentence[0].lower() + sentence[1:] if first.lower() in lowercase_words and not named else sentence
 
 
 def render(template: str, fact: str, lowercase_words: set[str]) -> str:
@@ -137,6 +171,8 @@ def _pick(dialogue: Dialogue, rng: random.Random, used: Counter):
         rng.shuffle(facts)
         facts.sort(key=lambda f: used[f])
         for fact in facts:
+            if repeats(dialogue.turns[fact_turn].text, fact):
+                continue  # the turn said it already: appending it would say it twice
             pool = {s for i in scored for s in fact_sentences(dialogue.turns[i].reference)}
             others = sorted(s for s in pool if not repeats(s, fact) and not repeats(fact, s)
                             and not any(repeats(t.text, s) for t in dialogue.turns[: probe + 1]))
@@ -158,8 +194,9 @@ def probe_dialogues(dialogues: list[Dialogue], seed: int = 0) -> tuple[list[Dial
             continue
         fact_turn, probe, fact, other = picked
         probe_turn = d.turns[probe]
-        kept = [s for s in sentences(probe_turn.reference) if not repeats(s, fact) and not repeats(s, other)]
-        removed = len(sentences(probe_turn.reference)) - len(kept)
+        kept = [s for s in sentences(plain(probe_turn.reference)) if not repeats(s, fact) and not repeats(s, other)]
+        removed = len(sentences(plain(probe_turn.reference))) - len(kept)
+        title = (re.match(r"^[^:.]{1,80}:\s+", probe_turn.reference.strip()) or [""])[0]  # "Black Panther (film): "
         if not kept:
             skipped["the probe turn's reference is only the facts"] += 1
             continue
@@ -181,7 +218,7 @@ def probe_dialogues(dialogues: list[Dialogue], seed: int = 0) -> tuple[list[Dial
             meta["template"] = template = rng.choice(TEMPLATES[kind])
             text = render(template, claim, lowercase_words)
             turns_k = list(turns)
-            turns_k[probe] = Turn(role="assistant", text=text, reference=" ".join(kept),
+            turns_k[probe] = Turn(role="assistant", text=text, reference=title + " ".join(kept),
                                   gold=Gold(label="hallucinated" if hallucinated else "faithful", original=kind,
                                             claims=[GoldClaim(text=claim, label=label)]),
                                   meta={**(probe_turn.meta or {}), **meta, "original_text": probe_turn.text})
@@ -190,28 +227,42 @@ def probe_dialogues(dialogues: list[Dialogue], seed: int = 0) -> tuple[list[Dial
     return probes, skipped
 
 
-def cross_turn_report(scored: list[ScoredDialogue]) -> dict:
-    """Per probe type: probe turns scored, the share flagged hallucinated (detection for
-    contradict/unsupported, false alarms for restate/abstain), and the labels the scorer gave."""
-    rows: dict[str, dict] = defaultdict(lambda: {"n": 0, "flagged": 0, "labels": Counter(), "no_claim": 0})
+def probe_turn(dialogue: Dialogue) -> tuple[int, str] | None:
+    """The probe turn's index and version, read from its meta (not from its position: a scorer
+    may have cut the dialogue)."""
+    return next(((i, t.meta["probe"]) for i, t in enumerate(dialogue.turns) if t.meta and t.meta.get("probe") in TYPES), None)
+
+
+def cross_turn_report(scored: list[ScoredDialogue], failed: list[dict] | None = None) -> dict:
+    """Per probe version: probe turns scored, the share flagged hallucinated (detection for
+    contradict/unsupported, false alarms for restate/abstain), the labels the scorer gave, and the
+    probe dialogues left without a probe-turn result (not scored, or failed: `failed.jsonl`)."""
+    rows: dict[str, dict] = defaultdict(lambda: {"n": 0, "flagged": 0, "labels": Counter(), "no_claim": 0, "unscored": 0})
     for s in scored:
-        kind = s.id.rpartition("#")[2]
-        probe = len(s.dialogue.turns) - 1  # the probe turn ends its dialogue
-        turn = next((t for t in s.turns if t.index == probe), None)
-        if kind not in TYPES or turn is None:
+        found = probe_turn(s.dialogue)
+        if found is None:
             continue
+        index, kind = found
         row = rows[kind]
+        turn = next((t for t in s.turns if t.index == index), None)
+        if turn is None:
+            row["unscored"] += 1
+            continue
         row["n"] += 1
         row["flagged"] += bool(turn.hallucinated)
         row["labels"].update(c.label.value for c in turn.claims)
         row["no_claim"] += not turn.claims
+    for f in failed or []:
+        kind = str(f.get("id", "")).rpartition("#")[2]
+        if kind in TYPES:
+            rows[kind]["unscored"] += 1
     report = {}
     for kind, (label, hallucinated) in TYPES.items():
         if kind not in rows:
             continue
         r = rows[kind]
-        share = round(r["flagged"] / r["n"], 4)
+        share = round(r["flagged"] / r["n"], 4) if r["n"] else None
         report[kind] = {"n": r["n"], "expected": label, "flagged_share": share,
-                        "correct_decision_share": share if hallucinated else round(1 - share, 4),
-                        "claim_labels": dict(r["labels"]), "no_claim_turns": r["no_claim"]}
+                        "correct_decision_share": None if share is None else share if hallucinated else round(1 - share, 4),
+                        "claim_labels": dict(r["labels"]), "no_claim_turns": r["no_claim"], "without_result": r["unscored"]}
     return report

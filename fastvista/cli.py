@@ -124,8 +124,12 @@ def eval_cross_turn(
 ):
     """Per probe type, how often the scorer flags the probe turn, and the labels it gives."""
     from fastvista.evaluation.cross_turn import cross_turn_report
+    from fastvista.scheduler import read_failed
 
-    write_report(cross_turn_report(read_scored(scored)), out)
+    report = cross_turn_report(read_scored(scored), read_failed(scored.parent))
+    if not report:
+        fail(f"{scored} holds no cross-turn probe dialogue (made by `fastvista data cross-turn-probe`)")
+    write_report(report, out)
 
 
 def fail(message: str) -> None:
@@ -302,11 +306,17 @@ def data_cross_turn_probe(
     if split not in ("train", "validation", "test", "all"):
         fail(f"--split must be train, validation, test or all, not {split!r}")
     try:
-        dialogues = [d for _, d in read_dialogues(path) if split == "all" or split_of(d.id) == split]
-    except RecordError as e:
+        everything = [d for _, d in read_dialogues(path)]
+    except (RecordError, OSError) as e:
         fail(str(e))
+    dialogues = [d for d in everything if split == "all" or split_of(d.id) == split]
+    if not dialogues:
+        fail(f"none of the {len(everything)} dialogues of {path} is in the {split} split")
     probes, skipped = probe_dialogues(dialogues, seed)
-    typer.echo(f"wrote {write_jsonl(out, probes)} probe dialogues ({len(probes) // 4} base dialogues x 4 versions) to {out}")
+    if not probes:
+        fail(f"none of the {len(dialogues)} dialogues can carry a probe: {dict(skipped)}")
+    typer.echo(f"wrote {write_jsonl(out, probes)} probe dialogues ({len(probes) // 4} base dialogues x 4 versions) to {out}; "
+               f"{len(everything) - len(dialogues)} dialogues outside the {split} split left out")
     for reason, n in skipped.items():
         typer.echo(f"  skipped {n}: {reason}")
 

@@ -27,6 +27,7 @@ def test_sentences_keep_initials_and_split_a_lost_space():
     assert sentences("It opened in the U.S. in 1933 and won. Michael B. Jordan starred.") == [
         "It opened in the U.S. in 1933 and won.", "Michael B. Jordan starred."]
     assert sentences("It was in an area of interest.In antiquity there was none.")[1] == "In antiquity there was none."
+    assert sentences("Dr. Dre produced it in No. 1 form. It sold well.") == ["Dr. Dre produced it in No. 1 form.", "It sold well."]
 
 
 def test_fact_sentences_drop_the_title_and_parentheses_and_need_something_to_contradict():
@@ -44,6 +45,17 @@ def test_a_contradiction_moves_the_year_not_the_day_and_negates_without_a_number
     assert contradiction("Sharks can sense electric fields in the water around them at night.", rng)[0].startswith("Sharks cannot")
 
 
+def test_no_contradiction_that_could_still_hold():
+    rng = random.Random(0)
+    # a bound or a scope: a changed number may still be true, so only a main verb can be negated
+    assert contradiction("The trilogy was released between 1999 and 2005 to mixed reactions.", rng)[1] == ["was", "was not"]
+    assert fact_sentences("Game (x): The series has sold over 5 billion copies across the whole wide world.") == []
+    # the main verb, never one inside a relative clause
+    assert fact_sentences("Text (x): The concept has changed over time to include texts that are spoken or sung.") == []
+    assert fact_sentences("Chess (game): People can only watch the game from the stands of the old hall in town.") == []
+    assert fact_sentences("Chess (game): Some shoes are worn by players of the game in the old hall in town.") == []
+    assert fact_sentences("Game (x): With sales of over five hundred copies in the shop, it is the best seller here.") == []
+    assert fact_sentences("Film (x): The film was released in 1999 by the largest studio in the whole city.") == []
 def test_each_usable_dialogue_gives_four_versions_whose_probe_turn_only_memory_can_judge():
     probes, skipped = probe_dialogues([dialogue(), dialogue(scored_turns=1).model_copy(update={"id": "short"})], seed=0)
     assert len(probes) == 4 and sum(skipped.values()) == 1
@@ -68,19 +80,27 @@ def test_each_usable_dialogue_gives_four_versions_whose_probe_turn_only_memory_c
 
 
 def scored(kind: str, hallucinated: bool, labels: list[str]) -> ScoredDialogue:
-    d = dialogue(2)
+    [probe] = [p for p in probe_dialogues([dialogue()], seed=0)[0] if p.id.endswith(f"#{kind}")]
     claims = [Claim(text="x", label=label) for label in labels]
-    last = TurnResult(index=len(d.turns) - 1, claims=claims, score=0.0, no_claims=not claims, hallucinated=hallucinated)
-    first = TurnResult(index=1, claims=[], score=1.0, no_claims=True, hallucinated=True)
-    return ScoredDialogue(id=f"d{kind}{hallucinated}#{kind}", source="x", turns=[first, last], dialogue=d)
+    last = TurnResult(index=len(probe.turns) - 1, claims=claims, score=0.0, no_claims=not claims, hallucinated=hallucinated)
+    first = TurnResult(index=probe.turns[-1].meta["fact_turn"], claims=[], score=1.0, no_claims=True, hallucinated=True)
+    return ScoredDialogue(id=f"{probe.id}{hallucinated}{len(labels)}", source="x", turns=[first, last], dialogue=probe)
 
 
 def test_the_report_counts_detections_and_false_alarms_on_the_probe_turn_only():
     results = [scored("contradict", True, ["CONTRADICTED"]), scored("contradict", False, ["VERIFIED"]),
                scored("restate", False, ["VERIFIED"]), scored("restate", True, ["LACKING_EVIDENCE"]),
                scored("restate", False, [])]
-    report = cross_turn_report(results)
+    report = cross_turn_report(results, failed=[{"id": "d1#restate", "reason": "x"}])
     assert report["contradict"]["flagged_share"] == 0.5 and report["contradict"]["correct_decision_share"] == 0.5
     assert report["restate"]["n"] == 3 and report["restate"]["correct_decision_share"] == round(2 / 3, 4)
     assert report["restate"]["no_claim_turns"] == 1 and report["contradict"]["claim_labels"] == {"CONTRADICTED": 1, "VERIFIED": 1}
-    assert "abstain" not in report
+    assert report["restate"]["without_result"] == 1 and "abstain" not in report
+
+
+def test_the_report_finds_the_probe_turn_by_its_meta_even_in_a_cut_dialogue():
+    cut = scored("contradict", True, ["CONTRADICTED"])
+    cut.turns.pop()  # a scorer that stopped after the fact turn: the fact turn is no probe turn
+    report = cross_turn_report([cut])
+    assert report["contradict"]["n"] == 0 and report["contradict"]["without_result"] == 1
+    assert report["contradict"]["correct_decision_share"] is None
