@@ -15,9 +15,10 @@ version. Writes ablation.json and ablation.md.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.evaluation.cross_turn import TYPES, cross_turn_report
@@ -28,7 +29,7 @@ from fastvista.synth.pipeline import TeacherConfig
 
 
 class AblationData(DataSelection):
-    teacher: dict = {}  # settings for this data set in every variant (e.g. gold_claims: true)
+    teacher: dict = {}  # what this data set needs in every variant (e.g. gold_claims: true); never a switch
 
 
 class AblationConfig(BaseModel):
@@ -37,6 +38,19 @@ class AblationConfig(BaseModel):
     synth_config: str  # the teacher's config: backend and the full pipeline's settings
     variants: dict[str, dict]  # name -> teacher settings over the full pipeline's
     data: dict[str, AblationData]
+
+    @model_validator(mode="after")
+    def data_sets_leave_the_switches_to_the_variants(self):
+        for name in [*self.variants, *self.data]:  # each is a folder name
+            if not re.fullmatch(r"\w[\w ,.+-]*", name) or ".." in name:
+                raise ValueError(f"name {name!r}: letters, digits, spaces and , . + - only (it names a folder)")
+        switches = {"history", "accumulate", "few_shot"} | {k for v in self.variants.values() for k in v}
+        for name, data in self.data.items():
+            clash = switches & set(data.teacher)
+            if clash:
+                raise ValueError(f"data set {name!r} sets {', '.join(sorted(clash))}, which the variants switch: "
+                                 "a row named 'full' would not be the full teacher")
+        return self
 
 
 COLUMNS = (("turn acc", "turn_accuracy"), ("F1 (halluc. +)", "turn_f1"), ("claim acc", "claim_accuracy"),

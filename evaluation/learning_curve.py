@@ -8,12 +8,14 @@ labelling order (a seeded shuffle, so every prefix is a fair sample), until that
 smaller set is part of each larger one, and a set stays the same as the corpus grows. Each point
 trains with `accelerate launch train/sft.py`, scores the test dialogues with `fastvista score`
 and compares with the teacher (`fastvista eval agreement`). A point whose outputs exist is kept
-when its training set is the same; a changed set is refused, never overwritten. Writes
+when everything it depends on is the same (its training set, the test files, the configs: its
+point.json); a point made otherwise is refused, never mixed. Writes
 learning_curve.json, learning_curve.md and learning_curve.png.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -67,11 +69,12 @@ def metric(report: dict, path: tuple) -> float | None:
 
 
 def table(points: list[dict]) -> str:
-    lines = ["| training turns | dialogues | " + " | ".join(METRICS.values()) + " | parsed |",
-             "|---|---|" + "---|" * len(METRICS) + "---|"]
+    lines = ["| training turns | dialogues | test turns | " + " | ".join(METRICS.values()) + " | parsed |",
+             "|---|---|---|" + "---|" * len(METRICS) + "---|"]
     for p in points:
         cells = [f"{v:.3f}" if isinstance(v, float) else "-" for v in (p["metrics"].get(c) for c in METRICS.values())]
-        lines.append(f"| {p['turns']} | {p['dialogues']} | " + " | ".join(cells) + f" | {p.get('parsed', '-')} |")
+        test = f"{p.get('test_turns', '-')}" + (f" ({p['test_turns_unscored']} unscored)" if p.get("test_turns_unscored") else "")
+        lines.append(f"| {p['turns']} | {p['dialogues']} | {test} | " + " | ".join(cells) + f" | {p.get('parsed', '-')} |")
     return "\n".join(lines)
 
 
@@ -100,16 +103,34 @@ def _run(cmd: list[str], what: str, accept: tuple[int, ...] = (0,)) -> None:
         raise RuntimeError(f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}")
 
 
+def manifest(cfg: LearningCurveConfig, train_text: str) -> dict:
+    """What a point's figures depend on: its training set, the test files, every config."""
+    def digest(path: str) -> str | None:
+        return file_hash(path) if path and Path(path).exists() else None
+
+    return {"train_sha256": hashlib.sha256(train_text.encode()).hexdigest(), "eval_file": digest(cfg.eval_file),
+            "test_inputs": digest(cfg.test_inputs), "test_teacher": digest(cfg.test_teacher), "sft_config": digest(cfg.sft_config),
+            "score_config": digest(cfg.score_config), "sft_keys": cfg.sft_keys, "accelerate_config": digest(cfg.accelerate_config)}
+
+
 def point(cfg: LearningCurveConfig, examples: list[dict], size: int, out: Path) -> dict:
-    """Train, score and compare one point, reusing what an earlier run left for the same set."""
+    """Train, score and compare one point, reusing what an earlier run left only when every input
+    it depends on is the same (its manifest); a point made otherwise is refused, never mixed."""
     subset = first_turns(examples, size)
     folder = out / f"turns_{len(subset)}"
     folder.mkdir(parents=True, exist_ok=True)
-    train_file = folder / "train.jsonl"
     text = "".join(json.dumps(e) + "\n" for e in subset)
-    if train_file.exists() and train_file.read_text() != text:
-        raise ValueError(f"{train_file} holds another training set (the corpus changed?): use a new output folder")
-    train_file.write_text(text)
+    wanted, recorded = manifest(cfg, text), folder / "point.json"
+    if recorded.exists() and json.loads(recorded.read_text()) != wanted:
+        changed = [k for k, v in json.loads(recorded.read_text()).items() if wanted.get(k) != v]
+        raise ValueError(f"{folder} was made with another {', '.join(changed)} (the corpus or a config changed?): "
+                         "use a new output folder")
+    train_file = folder / "train.jsonl"
+    if not recorded.exists():
+        partial = train_file.with_suffix(".partial")
+        partial.write_text(text)
+        partial.replace(train_file)
+        recorded.write_text(json.dumps(wanted, indent=2))
     student, scored = folder / "student", folder / "scored"
     bin_dir = Path(sys.executable).parent
     if not (student / "training_record.json").exists():
@@ -117,21 +138,23 @@ def point(cfg: LearningCurveConfig, examples: list[dict], size: int, out: Path) 
         keys = {**cfg.sft_keys, "train_file": str(train_file), "output_dir": str(student), "merge": True, "resume": True}
         if cfg.eval_file:
             keys["eval_file"] = cfg.eval_file
-        args = [a for k, v in keys.items() for a in (f"--{k}", json.dumps(v) if isinstance(v, bool) else str(v))]
+        args = [a for k, v in keys.items() for a in (f"--{k}", json.dumps(v) if isinstance(v, (bool, list, dict)) or v is None else str(v))]
         _run([str(bin_dir / "accelerate"), "launch", "--config_file", cfg.accelerate_config, "train/sft.py",
               "--config", cfg.sft_config, *args], f"training on {len(subset)} turns")
-    if not (scored / "summary.json").exists():
-        # exit 3: some dialogues failed (an answer that never parsed); they count as unparsed here
-        _run([str(bin_dir / "fastvista"), "score", "-c", cfg.score_config, "--set", f"backend.model={student / 'merged'}",
-              "-i", cfg.test_inputs, "-o", str(scored)], f"scoring with the {len(subset)}-turn student", accept=(0, 3))
     from fastvista.evaluation.compare import agreement
     from fastvista.records_io import read_scored
     from fastvista.scheduler import read_failed
 
+    if not (scored / "summary.json").exists() or read_failed(scored):
+        # resumes: kept dialogues stay, failed ones are tried again; exit 3 leaves those that fail
+        # again (an answer that never parsed) in failed.jsonl, counted as unparsed below
+        _run([str(bin_dir / "fastvista"), "score", "-c", cfg.score_config, "--set", f"backend.model={student / 'merged'}",
+              "-i", cfg.test_inputs, "-o", str(scored)], f"scoring with the {len(subset)}-turn student", accept=(0, 3))
     report = agreement(read_scored(scored / "results.jsonl"), read_scored(Path(cfg.test_teacher)))
     (folder / "agreement.json").write_text(json.dumps(report, indent=2))
     record = json.loads((student / "training_record.json").read_text())
-    return {"turns": len(subset), "dialogues": len({e["dialogue_id"] for e in subset}), "train_sha256": file_hash(train_file),
+    return {"turns": len(subset), "dialogues": len({e["dialogue_id"] for e in subset}), "train_sha256": wanted["train_sha256"],
+            "test_turns": report["turns"]["usable"], "test_turns_unscored": report["turns"]["only_teacher"],
             "metrics": {column: metric(report, path) for path, column in METRICS.items()},
             "turn_score_pearson_ci95": metric(report, ("turn_score", "pearson_ci95")),
             "final_eval_loss": record.get("final_eval_loss"), "train_runtime_s": record.get("train_runtime_s"),

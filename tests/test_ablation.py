@@ -21,11 +21,11 @@ def test_each_variant_runs_on_each_data_set_with_its_switches(tmp_path):
     synth.write_text(yaml.safe_dump({"backend": {"kind": "openai", "model": "scripted"}, "teacher": {"few_shot": 2}}))
     cfg = AblationConfig(synth_config=str(synth), variants={"full": {}, "no accumulation": {"accumulate": False}},
                          data={"museum": {"input": str(tmp_path / "museum.jsonl")},
-                               "museum, no history": {"input": str(tmp_path / "museum.jsonl"), "teacher": {"history": False}}})
+                               "museum, 1 retry": {"input": str(tmp_path / "museum.jsonl"), "teacher": {"retries": 1}}})
     cells = main(cfg, tmp_path / "out", backend_factory=ScriptedBackend)
     assert cells["museum"]["no accumulation"]["settings"]["accumulate"] is False
     assert cells["museum"]["full"]["settings"]["few_shot"] == 2  # the synth config's settings are the base
-    assert all(r["settings"]["history"] is False for r in cells["museum, no history"].values())  # a data set's own settings
+    assert all(r["settings"]["retries"] == 1 for r in cells["museum, 1 retry"].values())  # a data set's own needs
 
     def verified_in_turn_3(variant):
         scored = read_scored(tmp_path / "out" / "museum" / variant / "labelled.jsonl")
@@ -44,3 +44,12 @@ def test_the_table_gives_a_probe_its_right_decisions_per_version():
            "probe": {"contradict": {"correct_decision_share": 0.8}, "restate": {"correct_decision_share": 0.4}}}
     text = table({"probe": {"full": row}})
     assert "probe: contradict right" in text and "| full | 0.5 | 0.6 | - | 3.0 | 900.0 | 0.8 | - | 0.4 | - |" in text
+
+
+def test_a_data_set_may_not_set_a_switch_the_variants_compare():
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="would not be the full teacher"):
+        AblationConfig(synth_config="x.yaml", variants={"full": {}, "no history": {"history": False}},
+                       data={"d": {"input": "x.jsonl", "teacher": {"history": False}}})

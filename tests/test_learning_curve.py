@@ -34,16 +34,24 @@ def test_table_rows_show_each_metric_and_a_dash_where_none():
     text = table([{"turns": 250, "dialogues": 50, "parsed": 1.0,
                    "metrics": {"decision agreement": 0.8123, "kappa": 0.55, "turn-score Pearson": None,
                                "claim recall": 0.7, "label accuracy (aligned)": 0.71}}])
-    assert "| 250 | 50 | 0.812 | 0.550 | - | 0.700 | 0.710 | 1.0 |" in text
+    assert "| 250 | 50 | - | 0.812 | 0.550 | - | 0.700 | 0.710 | 1.0 |" in text
 
 
-def test_a_point_refuses_a_changed_training_set(tmp_path):
+def test_a_point_made_with_other_inputs_is_refused_not_mixed(tmp_path):
+    from fastvista.evaluation.learning_curve import manifest
+
+    test = tmp_path / "test_labelled.jsonl"
+    test.write_text("a\n")
     cfg = LearningCurveConfig(sft_config="s.yaml", score_config="c.yaml", train_file="t.jsonl", test_inputs="i.jsonl",
-                              test_teacher="l.jsonl", sizes=[3])
+                              test_teacher=str(test), sizes=[3])
     folder = tmp_path / "turns_3"
     folder.mkdir()
-    (folder / "train.jsonl").write_text(json.dumps({"dialogue_id": "other"}) + "\n")
-    with pytest.raises(ValueError, match="another training set"):
+    text = "".join(json.dumps(e) + "\n" for e in first_turns(examples(), 3))
+    (folder / "point.json").write_text(json.dumps(manifest(cfg, text)))
+    test.write_text("a\nb\n")  # the corpus grew: the test split's labels changed
+    with pytest.raises(ValueError, match="another test_teacher"):
         point(cfg, examples(), 3, tmp_path)
-    assert json.loads((folder / "train.jsonl").read_text()) == {"dialogue_id": "other"}  # kept, not overwritten
-
+    other = LearningCurveConfig(**{**cfg.model_dump(), "sft_keys": {"num_train_epochs": 1}})
+    with pytest.raises(ValueError, match="sft_keys"):
+        point(other, examples(), 3, tmp_path)
+    assert not (folder / "train.jsonl").exists()  # nothing written over the old point

@@ -75,14 +75,16 @@ def test_train_speed_runs_each_variant_as_the_training_script_with_its_keys(tmp_
                 "examples": {"train": 40}})
     slow = row({"tokens_per_s": 150.0, "peak_memory_mb": 1200, "loss": [{"step": 3, "loss": 1.6}], "examples": {"train": 40}})
     text = table({"fast": fast, "slow": slow})
-    assert "| fast | 300.0 | 320.0 | 1.00 | 900 | 1.5 | 40 |" in text and "| slow | 150.0 | - | 0.47 |" in text
+    assert "| fast | 300.0 | 320.0 | 1.00 | 900 | 1.5 | 40 |" in text and "| slow | 150.0 | - | 0.50 |" in text  # one measure for all rows
 
 
-def test_steady_throughput_leaves_out_the_first_step():
+def test_steady_throughput_leaves_out_the_first_step_and_what_falls_between_steps():
     from fastvista.train.report import steady_tokens_per_s
 
-    ends = {1: 10.0, 2: 11.0, 3: 12.0}
+    seconds = {1: 9.0, 2: 1.0, 3: 1.0, 4: 2.0}  # an evaluation after step 3 would not be in any step's time
     history = [{"step": 1, "num_tokens": 1000, "loss": 2.0}, {"step": 2, "num_tokens": 1500}, {"step": 3, "num_tokens": 2100},
-               {"step": 3, "train_runtime": 12.0}]
-    assert steady_tokens_per_s(ends, history) == (2100 - 1000) / (12.0 - 10.0)
-    assert steady_tokens_per_s(ends, history[:1]) is None  # one logged step: nothing after the first
+               {"step": 3, "eval_loss": 1.9}, {"step": 4, "num_tokens": 2500}]
+    assert steady_tokens_per_s(seconds, history) == (2500 - 1000) / (1.0 + 1.0 + 2.0)
+    assert steady_tokens_per_s(seconds, history[:1]) is None  # one logged step: nothing after the first
+    resumed = {3: 1.0, 4: 2.0}  # a resumed run times (and counts tokens) from its restart only
+    assert steady_tokens_per_s(resumed, [{"step": 3, "num_tokens": 400}, {"step": 4, "num_tokens": 800}]) == 400 / 2.0

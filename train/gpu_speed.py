@@ -114,7 +114,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model-dir", type=Path, default=Path("/tmp/llama31_8b_random"))
     parser.add_argument("--only", nargs="*", help="run only the variants whose names contain one of these")
-    parser.add_argument("--no-raw-loop", action="store_true", help="skip the raw loop (measured in an earlier call)")
+    parser.add_argument("--no-raw-loop", action="store_true", help="skip the raw loop (measured in an earlier call, whose "
+                        "gpu_speed.json in --out is kept) and reuse the saved random model if there is one")
     parser.add_argument("--tiny", action="store_true", help="a tiny model on the CPU: checks the script, measures nothing")
     opts = parser.parse_args()
 
@@ -122,26 +123,29 @@ def main() -> None:
 
     device = "cpu" if opts.tiny else "cuda"
     opts.out.mkdir(parents=True, exist_ok=True)
-    result = {"versions": {m: __import__(m).__version__ for m in ("torch", "transformers", "peft", "accelerate", "trl", "datasets")},
-              "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "shape": "tiny" if opts.tiny else "Llama-3.1-8B"}
+    previous = opts.out / "gpu_speed.json"  # an earlier call's figures are kept and added to, never lost
+    result = json.loads(previous.read_text()) if previous.exists() else {}
+    result.update({"versions": {m: __import__(m).__version__ for m in ("torch", "transformers", "peft", "accelerate", "trl", "datasets")},
+                   "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "shape": "tiny" if opts.tiny else "Llama-3.1-8B"})
     print(result, flush=True)
 
     def save():
         (opts.out / "gpu_speed.json").write_text(json.dumps(result, indent=2))
 
-    t = time.perf_counter()
-    model = random_model(opts.model_dir, TINY if opts.tiny else LLAMA31_8B, opts.tokenizer, device)
-    result["random_model_s"] = round(time.perf_counter() - t, 1)
-    if not opts.no_raw_loop:
-        result["raw_loop"] = raw_lora_loop(model, 256 if opts.tiny else 4096, 4, device)
-        print(result["raw_loop"], flush=True)
-    save()
-    del model
-    if device == "cuda":
-        torch.cuda.empty_cache()
+    if not (opts.no_raw_loop and (opts.model_dir / "config.json").exists()):
+        t = time.perf_counter()
+        model = random_model(opts.model_dir, TINY if opts.tiny else LLAMA31_8B, opts.tokenizer, device)
+        result["random_model_s"] = round(time.perf_counter() - t, 1)
+        if not opts.no_raw_loop:
+            result["raw_loop"] = raw_lora_loop(model, 256 if opts.tiny else 4096, 4, device)
+            print(result["raw_loop"], flush=True)
+        save()
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
 
     accelerate_config = "configs/accelerate/cpu.yaml" if opts.tiny else "configs/accelerate/single_gpu.yaml"
-    result["sft"] = {}
+    result.setdefault("sft", {})
     for name, keys in VARIANTS.items():
         if opts.only and not any(part in name for part in opts.only):
             continue

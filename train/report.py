@@ -25,18 +25,20 @@ def plot_losses(record: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def steady_tokens_per_s(step_ends: dict[int, float], log_history: list[dict]) -> float | None:
-    """Train tokens/s after the first logged step, so start-up and warm-up do not count.
+def steady_tokens_per_s(step_seconds: dict[int, float], log_history: list[dict]) -> float | None:
+    """Train tokens/s after the first logged step, counting only the steps' own time: start-up,
+    warm-up, evaluations and checkpoints do not count.
 
-    `step_ends` maps each optimizer step to the wall time it ended; the trainer logs the running
+    `step_seconds` maps each optimizer step to the seconds it took; the trainer logs the running
     count of trained (non-padding) tokens, `num_tokens`, at its logging steps.
     """
-    tokens = {h["step"]: h["num_tokens"] for h in log_history if "num_tokens" in h and h.get("step") in step_ends}
+    tokens = {h["step"]: h["num_tokens"] for h in log_history if "num_tokens" in h and h.get("step") in step_seconds}
     steps = sorted(tokens)
     if len(steps) < 2:
         return None
     first, last = steps[0], steps[-1]
-    return (tokens[last] - tokens[first]) / (step_ends[last] - step_ends[first])
+    seconds = sum(t for step, t in step_seconds.items() if first < step <= last)
+    return (tokens[last] - tokens[first]) / seconds if seconds > 0 else None
 
 
 def parse_rate(base: str, adapter: str, examples: list[dict], dtype: str | None) -> dict:

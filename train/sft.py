@@ -73,10 +73,13 @@ def step_timer():
 
     class StepTimer(TrainerCallback):
         def __init__(self):
-            self.ends: dict[int, float] = {}
+            self.began, self.seconds = 0.0, {}
 
-        def on_step_end(self, args, state, control, **kwargs):
-            self.ends[state.global_step] = time.perf_counter()
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.began = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):  # before any evaluation or save of the step
+            self.seconds[state.global_step] = time.perf_counter() - self.began
 
     return StepTimer()
 
@@ -127,7 +130,8 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
         tokenizer.save_pretrained(str(out))
         write_format(out, fmt)
         history = trainer.state.log_history
-        tokens = max((h.get("num_tokens", 0) for h in history), default=0)
+        # the last count, not the largest: a resumed run counts again from 0 (and times only itself)
+        tokens = next((h["num_tokens"] for h in reversed(history) if "num_tokens" in h), 0)
         record = {
             "base_model": model_args.model_name_or_path,
             "format": fmt.model_dump(),
@@ -142,7 +146,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
             "train_runtime_s": result.metrics.get("train_runtime"),
             "tokens": tokens,
             "tokens_per_s": tokens / result.metrics["train_runtime"] if result.metrics.get("train_runtime") else None,
-            "steady_tokens_per_s": steady_tokens_per_s(timer.ends, history),
+            "steady_tokens_per_s": steady_tokens_per_s(timer.seconds, history),
             "peak_memory_mb": round(peak_memory_mb(), 1),
             "resumed_from": checkpoint,
             "config": {"student": asdict(student_args), "model": asdict(model_args), "training": training_args.to_dict()},

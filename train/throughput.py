@@ -47,9 +47,12 @@ def row(record: dict) -> dict:
 
 
 def table(rows: dict[str, dict]) -> str:
-    """Variants side by side, compared on tokens/s after the first step where it was measured."""
+    """Variants side by side, compared on tokens/s after the first step when every row has it
+    (else on the overall tokens/s: one measure for all rows)."""
+    steady = all(r.get("steady_tokens_per_s") for r in rows.values())
+
     def rate(r):
-        return r.get("steady_tokens_per_s") or r["tokens_per_s"] or 0
+        return (r["steady_tokens_per_s"] if steady else r["tokens_per_s"]) or 0
 
     fastest = max(rate(r) for r in rows.values()) or None
     lines = ["| variant | train tokens/s | after the first step | vs fastest | peak MB | loss at the last step | examples |",
