@@ -286,14 +286,16 @@ def test_every_shipped_config_is_valid(path):
     from fastvista.infer.run import ScoreConfig
     from fastvista.synth.run import SynthConfig
 
-    tree = load_config(path, [])
-    if path.endswith("train_speed_cpu.yaml"):
-        from fastvista.train.throughput import TrainSpeedConfig
+    from fastvista.evaluation.ablation import AblationConfig
+    from fastvista.evaluation.learning_curve import LearningCurveConfig
+    from fastvista.train.throughput import TrainSpeedConfig
 
-        TrainSpeedConfig.model_validate(tree)
-        return
-    if path.endswith("speed_cpu.yaml"):
-        SpeedConfig.model_validate(tree)
+    tree = load_config(path, [])
+    whole = {"train_speed_cpu.yaml": TrainSpeedConfig, "speed_cpu.yaml": SpeedConfig, "learning_curve_cpu.yaml": LearningCurveConfig,
+             "vista_ablation.yaml": AblationConfig}
+    name = path.split("/")[-1]
+    if name in whole:
+        whole[name].model_validate(tree)
         return
     tree.pop("data", None)
     kind = {"score": ScoreConfig, "synth": SynthConfig, "eval": EvalConfig}[path.split("/")[1]]
