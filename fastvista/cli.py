@@ -517,6 +517,29 @@ def eval_engine_start(
         fail(str(e))
 
 
+@eval_app.command("prefix-reuse")
+def eval_prefix_reuse(
+    labelled: Path = typer.Argument(..., help="Teacher-labelled dialogues (labelled.jsonl[.gz]): their stores are replayed."),
+    tokenizer: str = typer.Option("smollm2-135m-instruct", help="The student's tokenizer (embedded name or folder)."),
+    block: int = typer.Option(16, help="KV-cache block size in tokens (reuse counts whole blocks)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here as well."),
+):
+    """Tokens a prefix cache could reuse between a dialogue's consecutive student prompts, per
+    order of the prompt's sections (counted offline: no engine runs)."""
+    from transformers import AutoTokenizer
+
+    from fastvista.evaluation.prefix_reuse import reuse, table
+    from fastvista.models import ModelError, resolve_model
+
+    try:
+        report = reuse(read_scored(labelled), AutoTokenizer.from_pretrained(resolve_model(tokenizer)), block)
+    except (ModelError, OSError) as e:
+        fail(str(e))
+    typer.echo(table(report))
+    if out:
+        write_report(report, out)
+
+
 @eval_app.command("teacher-quality")
 def eval_teacher_quality(
     config: Path = typer.Option(..., "--config", "-c", help="A synth config: its backend and teacher settings are the base."),
