@@ -321,6 +321,40 @@ def data_cross_turn_probe(
         typer.echo(f"  skipped {n}: {reason}")
 
 
+@data_app.command("scaling-set")
+def data_scaling_set(
+    path: Path = typer.Argument(..., help="Dialogues with per-turn references (the corpus inputs)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder: reference_N.jsonl per target."),
+    reference_tokens: List[int] = typer.Option([100, 500, 1000, 2000, 4000], help="Reference lengths in tokens (repeatable)."),
+    limit: int = typer.Option(40, help="Dialogues to take (the first N of the split)."),
+    split: str = typer.Option("test", help="The corpus split to draw from (train, validation, test, all)."),
+    tokenizer: str = typer.Option("smollm2-135m-instruct", help="Tokenizer that counts the tokens (embedded name or folder)."),
+    seed: int = typer.Option(0, help="Seed of the distractor passages' order."),
+):
+    """The speed scaling curve's inputs: the same dialogues with references grown (or cut) to
+    each target length from real reading-set passages. Score each with `fastvista eval speed`."""
+    from transformers import AutoTokenizer
+
+    from fastvista.evaluation.scaling import scaling_sets
+    from fastvista.models import ModelError, resolve_model
+    from fastvista.records_io import RecordError, read_dialogues, write_jsonl
+    from fastvista.synth.corpus import split_of
+
+    try:
+        everything = [d for _, d in read_dialogues(path)]
+        dialogues = [d for d in everything if split == "all" or split_of(d.id) == split][:limit]
+        counter = AutoTokenizer.from_pretrained(resolve_model(tokenizer))
+    except (RecordError, ModelError, OSError) as e:
+        fail(str(e))
+    if not dialogues:
+        fail(f"no dialogue of {path} is in the {split} split")
+    def count(text: str) -> int:
+        return len(counter(text)["input_ids"])
+
+    for target, dialogues_t in scaling_sets(dialogues, reference_tokens, count, seed, passages=everything).items():
+        typer.echo(f"wrote {write_jsonl(out / f'reference_{target}.jsonl', dialogues_t)} dialogues to {out / f'reference_{target}.jsonl'}")
+
+
 @data_app.command("stats")
 def data_stats(path: Path = typer.Argument(..., help="JSONL of dialogue records.")):
     """Count dialogues, turns, references and gold labels of a dialogue-record file."""
