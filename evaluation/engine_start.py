@@ -3,8 +3,9 @@ first answer, and how fast it answers after that.
 
     fastvista eval engine-start --model smollm2-135m-instruct -i data/demo/topical_chat_demo.jsonl -o runs/engine_start
 
-Each (mode, repeat) runs in a fresh process, so each start is what a new command pays; the
-second repeat of a compiled mode finds the compile cache the first one left. The workload is the
+Each (mode, repeat) runs in a fresh process, so each start is what a new command pays. Each mode
+has its own, at first empty, vLLM cache folder (OUT/cache/MODE): its first start is cold, and
+its second finds the compile cache the first one left. The workload is the
 student's prompts for every scored turn of the input (empty stores), answered greedily up to
 `max_tokens`, in one batch. Writes engine_start.json and engine_start.md.
 """
@@ -12,6 +13,8 @@ student's prompts for every scored turn of the input (empty stores), answered gr
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -52,24 +55,31 @@ def table(rows: list[dict]) -> str:
 
 
 def main(model: str, path: str, modes: list[str], repeats: int, out: Path, kv_bytes: int) -> list[dict]:
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
     unknown = set(modes) - set(MODES)
     if unknown:
         raise ValueError(f"unknown engine mode(s) {', '.join(sorted(unknown))}: choose from {', '.join(MODES)}")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for mode in modes:
+        cache = out / "cache" / mode
+        shutil.rmtree(cache, ignore_errors=True)
         for repeat in range(1, repeats + 1):
-            cmd = [sys.executable, "-m", "fastvista.evaluation.engine_start", mode, model, path, str(kv_bytes)]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"engine mode {mode} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-            rows.append({**json.loads(done.stdout.strip().splitlines()[-1]), "repeat": repeat})
+            result = out / f"{mode}_{repeat}.json"
+            result.unlink(missing_ok=True)
+            cmd = [sys.executable, "-m", "fastvista.evaluation.engine_start", mode, model, path, str(kv_bytes), str(result)]
+            env = {**os.environ, "VLLM_CACHE_ROOT": str(cache.resolve())}
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+            if done.returncode != 0 or not result.exists():
+                raise RuntimeError(f"engine mode {mode} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+            rows.append({**json.loads(result.read_text()), "repeat": repeat})
             (out / "engine_start.json").write_text(json.dumps({"model": model, "input": path, "rows": rows}, indent=2))
     (out / "engine_start.md").write_text(table(rows) + "\n")
     print(table(rows))
     return rows
 
 
-if __name__ == "__main__":
-    mode, model, path, kv = sys.argv[1:5]
-    print(json.dumps(child(mode, model, path, int(kv))))
+if __name__ == "__main__":  # one fresh engine; its figures go to a file (vLLM logs to stdout)
+    mode, model, path, kv, result = sys.argv[1:6]
+    Path(result).write_text(json.dumps(child(mode, model, path, int(kv))))

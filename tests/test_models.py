@@ -78,7 +78,7 @@ def shipped_student(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("FASTVISTA_MODELS", str(tmp_path / "models"))
     base = tmp_path / "models" / "tinybase"
     shutil.copytree(tiny_model, base)
-    (base / models.MANIFEST).write_text('{"name": "tinybase"}')
+    (base / models.MANIFEST).write_text('{"name": "tinybase", "sha256": "-"}')
     monkeypatch.setitem(models.EMBEDDED, "tinybase", EmbeddedModel(packages=(), parts=(), sha256="-", role="test", license="none"))
     torch.manual_seed(0)
     peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(base)),
@@ -87,8 +87,8 @@ def shipped_student(tiny_model, tmp_path, monkeypatch):
     peft_model.save_pretrained(str(adapter))
     write_format(adapter, StudentFormat(history_turns=4, turns_per_call=1, max_store_claims=64))
     (adapter / "README.md").write_text("---\nbase_model: tinybase\n---\n# tiny student\n")
-    sha = hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
-    monkeypatch.setitem(models.STUDENTS, "tiny-student", models.ShippedStudent(base="tinybase", adapter=str(adapter), sha256=sha))
+    monkeypatch.setitem(models.STUDENTS, "tiny-student",
+                        models.ShippedStudent(base="tinybase", adapter=str(adapter), sha256=models.shipped_digest(adapter)))
     return base, adapter
 
 

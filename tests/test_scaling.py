@@ -11,10 +11,10 @@ def words(text: str) -> int:
 def test_a_reference_is_cut_at_a_sentence_or_grown_with_other_passages_only():
     own = "One two three four. Five six seven eight. Nine ten eleven twelve."
     assert long_reference(own, [], 5, words) == "One two three four. Five six seven eight."  # whole sentences up to the target
-    pool = ["a b c d e", own, "f g h i j", "k l m n o"]
-    grown = long_reference(own, pool, 20, words)
-    assert grown.split("\n") == [own, "a b c d e", "f g h i j"]  # itself never again; stops once the target is met
-    assert words(long_reference(own, pool, 1000, words)) == words(own) + 15  # the pool runs out: all of it, no more
+    pool = ["A b c d e.", own, "F g h i j.", "A b c d e.", "K l m. N o p."]
+    grown = long_reference(own, pool, 24, words)
+    assert grown.split("\n") == [own, "A b c d e.", "F g h i j.", "K l m."]  # itself and repeats never; the last one cut
+    assert words(long_reference(own, pool, 1000, words)) == words(own) + 16  # the pool runs out: all of it, once
 
 
 def test_each_target_keeps_every_dialogue_and_only_scored_references_change():
@@ -27,6 +27,7 @@ def test_each_target_keeps_every_dialogue_and_only_scored_references_change():
     for d, original in zip(sets[12], dialogues):
         reference = d.turns[1].reference
         assert reference.startswith(original.turns[1].reference) and words(reference) >= 12  # its own passage first
+        assert d.turns[1].meta["reference_tokens"] == words(reference)
         assert d.turns[2].reference == original.turns[2].reference  # a context turn is left alone
     assert sets[2][0].turns[1].reference == "Passage 0 has five words."  # below its own length: the first sentence
 

@@ -10,9 +10,13 @@ import json
 from pathlib import Path
 
 
-def merge(adapter: Path, out: Path, dtype: str = "auto", base: str | None = None) -> Path:
+def merge(adapter: Path, out: Path, dtype: str = "float32", base: str | None = None) -> Path:
     """The adapter merged into its base (`base`, or the one its adapter_config names), saved to
-    `out` with the tokenizer and the student format."""
+    `out` with the tokenizer and the student format.
+
+    Merged in float32 by default: a LoRA delta added to bf16 weights is rounded to bf16's 8-bit
+    mantissa, and a small delta mostly vanishes. (An engine that loads the merged model in bf16
+    rounds it again; serving it in float32, or the adapter unmerged, keeps it.)"""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer

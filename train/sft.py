@@ -152,11 +152,10 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
             "config": {"student": asdict(student_args), "model": asdict(model_args), "training": training_args.to_dict()},
         }
         plot_losses(record, out / "loss.png")
-        if student_args.merge:
-            merged = trainer.model.merge_and_unload()
-            merged.save_pretrained(str(out / "merged"))
-            tokenizer.save_pretrained(str(out / "merged"))
-            write_format(out / "merged", fmt)
+        if student_args.merge:  # from the saved adapter, in float32 (merging into bf16 weights rounds the delta away)
+            from fastvista.train.merge import merge
+
+            merge(out, out / "merged", base=base)
         if student_args.parse_check and held_out:
             record["parse_check"] = parse_rate(base, str(out), held_out[: student_args.parse_check], model_args.dtype)
         record["wall_time_s"] = round(time.perf_counter() - started, 1)

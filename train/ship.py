@@ -11,7 +11,6 @@ marked met or not.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -101,10 +100,22 @@ memory {record.get('peak_memory_mb')} MB).
 
 def ship(adapter: Path, name: str, base: str, agreement: dict, students: Path) -> tuple[Path, str]:
     """Copy the adapter's files and write its card into `students/NAME`; returns the folder and
-    the adapter's sha256 (to pin in fastvista.models.STUDENTS)."""
+    the digest of its files (to pin in fastvista.models.STUDENTS)."""
+    import re
+
+    from fastvista.models import resolve_model, shipped_digest
+
+    if not re.fullmatch(r"[\w][\w.-]*", name):
+        raise ValueError(f"name {name!r}: letters, digits, . - _ only (it names a folder)")
     missing = [f for f in FILES + ("training_record.json",) if not (adapter / f).exists()]
     if missing:
         raise ValueError(f"{adapter} lacks {', '.join(missing)}: is it a student trained by train/sft.py?")
+    trained_on = json.loads((adapter / "training_record.json").read_text()).get("base_model")
+    if trained_on and resolve_model(trained_on) != resolve_model(base):
+        raise ValueError(f"{adapter} was trained on {trained_on}, not on {base}")
+    if not (_get(agreement, ("turns", "usable")) or 0) > 0:
+        raise ValueError("the agreement report compares no turn: give the `fastvista eval agreement` report of this student "
+                         "on the corpus's test turns")
     folder = students / name
     folder.mkdir(parents=True, exist_ok=True)
     for f in FILES:
@@ -114,4 +125,4 @@ def ship(adapter: Path, name: str, base: str, agreement: dict, students: Path) -
     (folder / "adapter_config.json").write_text(json.dumps(config, indent=2))
     record = json.loads((adapter / "training_record.json").read_text())
     (folder / "README.md").write_text(model_card(name, base, record, agreement))
-    return folder, hashlib.sha256((folder / "adapter_model.safetensors").read_bytes()).hexdigest()
+    return folder, shipped_digest(folder)

@@ -76,14 +76,23 @@ class VLLMBackend:
             seed=0,
             enforce_eager=config.engine_mode == "eager",
         )
-        if config.engine_mode == "compiled_no_aot":
-            os.environ["VLLM_USE_AOT_COMPILE"] = "0"  # read when the engine compiles
+
         if config.speculative:
             # speculative decoding's acceptance counters are read from the engine's statistics
             kwargs.update(speculative_config=dict(config.speculative), disable_log_stats=False)
         if config.lora_adapters:
             kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=len(config.lora_adapters))
-        self.llm = LLM(**kwargs)
+        # compiled_no_aot: vLLM reads this while the engine builds, so it is set for that time only
+        previous = os.environ.get("VLLM_USE_AOT_COMPILE")
+        if config.engine_mode == "compiled_no_aot":
+            os.environ["VLLM_USE_AOT_COMPILE"] = "0"
+        try:
+            self.llm = LLM(**kwargs)
+        finally:
+            if previous is None:
+                os.environ.pop("VLLM_USE_AOT_COMPILE", None)
+            else:
+                os.environ["VLLM_USE_AOT_COMPILE"] = previous
         self.loras = {
             name: LoRARequest(name, i, str(p)) for i, (name, p) in enumerate(config.lora_adapters.items(), 1)
         }
