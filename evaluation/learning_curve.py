@@ -46,6 +46,7 @@ class LearningCurveConfig(BaseModel):
     test_teacher: str  # the teacher's labels of those dialogues
     sizes: list[int]  # training turns per point; 0 stands for all of them
     sft_keys: dict = {}  # sft.py keys over sft_config for every point (e.g. num_train_epochs)
+    score_overrides: list[str] = []  # `fastvista score --set` keys over score_config (e.g. backend.dtype=float32)
 
 
 def first_turns(examples: list[dict], n: int) -> list[dict]:
@@ -110,7 +111,7 @@ def manifest(cfg: LearningCurveConfig, train_text: str) -> dict:
 
     return {"train_sha256": hashlib.sha256(train_text.encode()).hexdigest(), "eval_file": digest(cfg.eval_file),
             "test_inputs": digest(cfg.test_inputs), "test_teacher": digest(cfg.test_teacher), "sft_config": digest(cfg.sft_config),
-            "score_config": digest(cfg.score_config), "sft_keys": cfg.sft_keys, "accelerate_config": digest(cfg.accelerate_config)}
+            "score_config": digest(cfg.score_config), "score_overrides": cfg.score_overrides, "sft_keys": cfg.sft_keys, "accelerate_config": digest(cfg.accelerate_config)}
 
 
 def point(cfg: LearningCurveConfig, examples: list[dict], size: int, out: Path) -> dict:
@@ -148,8 +149,9 @@ def point(cfg: LearningCurveConfig, examples: list[dict], size: int, out: Path) 
     if not (scored / "summary.json").exists() or read_failed(scored):
         # resumes: kept dialogues stay, failed ones are tried again; exit 3 leaves those that fail
         # again (an answer that never parsed) in failed.jsonl, counted as unparsed below
-        _run([str(bin_dir / "fastvista"), "score", "-c", cfg.score_config, "--set", f"backend.model={student / 'merged'}",
-              "-i", cfg.test_inputs, "-o", str(scored)], f"scoring with the {len(subset)}-turn student", accept=(0, 3))
+        sets = [a for key in [*cfg.score_overrides, f"backend.model={student / 'merged'}"] for a in ("--set", key)]
+        _run([str(bin_dir / "fastvista"), "score", "-c", cfg.score_config, *sets, "-i", cfg.test_inputs, "-o", str(scored)],
+             f"scoring with the {len(subset)}-turn student", accept=(0, 3))
     report = agreement(read_scored(scored / "results.jsonl"), read_scored(Path(cfg.test_teacher)))
     (folder / "agreement.json").write_text(json.dumps(report, indent=2))
     record = json.loads((student / "training_record.json").read_text())
