@@ -81,8 +81,8 @@ class BackendConfig(BaseModel):
     enable_prefix_caching: bool = True
     # vllm: how the engine runs the model. "compiled" (vLLM's default: torch.compile, with its AOT
     # compile cache), "compiled_no_aot" (torch.compile without the AOT cache, whose load fails on
-    # this torch and recompiles anyway), "eager" (no compilation: the fastest start). See
-    # docs/speed.md for start times and throughput of each.
+    # this torch and recompiles anyway), "eager" (no compilation: the fastest start, for short
+    # commands). docs/speed.md gives the start times and throughput of each.
     engine_mode: Literal["compiled", "compiled_no_aot", "eager"] = "compiled"
     # vllm: speculative decoding, e.g. {method: ngram, num_speculative_tokens: 4, prompt_lookup_max: 4}
     # (prompt lookup: the student's claims copy spans of the turn it scores)
