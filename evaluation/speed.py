@@ -179,7 +179,9 @@ ROWS = ("teacher", "teacher (text labels)", "student", "prefill alone (the stude
         *(f"{who}, served, {schedule}" for who in ("teacher", "student") for schedule in SCHEDULES))
 
 
-def main(args: SpeedConfig, out: Path) -> dict:
+def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
+    """Every row in one run; `engines` (by configuration, filled as they are built) lets several
+    runs on the same weights share their engines (fastvista eval scaling)."""
     out.mkdir(parents=True, exist_ok=True)
     dialogues = load_dialogues(args.data, None)
     ngram = {"method": "ngram", "num_speculative_tokens": args.speculative_tokens, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
@@ -200,7 +202,7 @@ def main(args: SpeedConfig, out: Path) -> dict:
             raise ValueError(f"{previous} was measured on another model or other dialogues: write to another folder, "
                              "or run every row again (without --only)")
         configs = before["configurations"]
-    engines: dict = {}
+    engines = {} if engines is None else engines
 
     def wanted(name: str) -> bool:
         return not args.only or name in args.only

@@ -479,6 +479,41 @@ def eval_speed(
         fail(str(e))
 
 
+@eval_app.command("live-latency")
+def eval_live_latency(
+    config: Path = typer.Option(Path("configs/eval/live_latency_cpu.yaml"), "--config", "-c", help="YAML config (configs/eval/live_latency_cpu.yaml)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder: live_latency.json, live_latency.md and each server's log."),
+    set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set student_model=runs/student/x/merged --set sessions=[1,8]."),
+):
+    """Live latency: p50 and p95 seconds to score one new turn through the live API on a served
+    engine, student and teacher, with 1 and 8 conversations at once."""
+    from fastvista.config import load_config
+    from fastvista.evaluation.live_latency import LiveLatencyConfig, main
+
+    try:
+        main(LiveLatencyConfig.model_validate(load_config(str(config), set_)), out)
+    except RUN_ERRORS as e:
+        fail(str(e))
+
+
+@eval_app.command("scaling")
+def eval_scaling(
+    config: Path = typer.Option(Path("configs/eval/scaling_cpu.yaml"), "--config", "-c", help="YAML config (configs/eval/scaling_cpu.yaml)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder: one speed run per point, scaling.json, scaling.md, scaling.png."),
+    set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set speed.model=runs/student/x/merged."),
+):
+    """The speed scaling curve: the student's speedup over the strongest and the plain teacher as
+    references grow (~100 to ~4,000 tokens) and as dialogues grow (5 to 20 scored turns), and
+    where it crosses VeriFastScore's 6.6x. A finished point is kept when the command runs again."""
+    from fastvista.config import load_config
+    from fastvista.evaluation.scaling_curve import ScalingConfig, main
+
+    try:
+        main(ScalingConfig.model_validate(load_config(str(config), set_)), out)
+    except RUN_ERRORS as e:
+        fail(str(e))
+
+
 @eval_app.command("train-speed")
 def eval_train_speed(
     config: Path = typer.Option(Path("configs/eval/train_speed_cpu.yaml"), "--config", "-c", help="YAML: base sft config, steps, variants."),

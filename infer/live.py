@@ -9,7 +9,11 @@ record, so a guard can keep it anywhere (a session store, a cookie, a database r
     result, state = scorer.score(state, "Leonardo da Vinci painted it in 1503.", reference=passage)
     if result.hallucinated: ...
 
-It fails closed: a backend that is down, a key it refuses, a prompt too long or an answer that
+`LiveTeacher` scores on the same state with the multi-call teacher (VISTA's pipeline), for a
+guard that pays its calls for its accuracy and to time the two side by side
+(`fastvista eval live-latency`).
+
+Both fail closed: a backend that is down, a key it refuses, a prompt too long or an answer that
 never reads raises ScoringFailed (or ConfigError), never returns "not hallucinated".
 """
 
@@ -20,11 +24,13 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.llm import Backend
-from fastvista.protocol import drive
+from fastvista.memory import turn_result
+from fastvista.protocol import drive, usage_of
 from fastvista.schema import TurnResult
 from fastvista.single_pass import render_messages, render_user_message
 from fastvista.text import recent
 from fastvista.infer.student import StudentConfig, score_turn
+from fastvista.synth.pipeline import TeacherConfig, label_turn
 
 
 class DialogueState(BaseModel):
@@ -34,7 +40,11 @@ class DialogueState(BaseModel):
     history: list[tuple[Literal["user", "assistant"], str]] = Field(default_factory=list)
 
     def with_user(self, text: str) -> "DialogueState":
-        return self.model_copy(update={"history": [*self.history, ("user", text)]})
+        return self.with_turn("user", text)
+
+    def with_turn(self, role: Literal["user", "assistant"], text: str) -> "DialogueState":
+        """The state after a turn that is not scored (a user turn, an assistant turn without a reference)."""
+        return self.model_copy(update={"history": [*self.history, (role, text)]})
 
 
 class LiveScorer:
@@ -50,4 +60,19 @@ class LiveScorer:
         message = render_user_message(state.store, reference, recent(state.history, cfg.history_turns), text)
         constrained = self.backend.supports_constraints and cfg.constrain
         result, store = drive(score_turn(render_messages(message), len(state.history), state.store, cfg, constrained), self.backend)
+        return result, DialogueState(store=store, history=[*state.history, ("assistant", text)])
+
+
+class LiveTeacher:
+    def __init__(self, backend: Backend, config: Optional[TeacherConfig] = None):
+        self.backend = backend
+        self.config = config or TeacherConfig()
+
+    def score(self, state: DialogueState, text: str, reference: str | None = None) -> tuple[TurnResult, DialogueState]:
+        """Score `text` as the next assistant turn, as `fastvista synth` scores a dialogue's turn."""
+        cfg = self.config
+        claims, errors, completions = drive(label_turn(recent(state.history, cfg.history_turns), text, reference, state.store, cfg), self.backend)
+        result, store = turn_result(len(state.history), claims, state.store, cfg.max_store_claims, usage_of(completions), errors)
+        if not cfg.accumulate:
+            result, store = result.model_copy(update={"store_added": [], "store_evicted": 0}), state.store
         return result, DialogueState(store=store, history=[*state.history, ("assistant", text)])

@@ -217,3 +217,14 @@ def test_q2_and_ais_bad_bytes_and_bad_rows_are_skipped_with_their_lines(tmp_path
     records, skipped = load_skipping("ais", path, wow_file=str(wow))
     assert [d.system for d in records] == ["wow-controlled_t5"]
     assert skipped == [(3, "ex-idx"), (4, "model-name")]
+
+
+
+def test_topical_chat_both_agents_scores_every_turn_against_its_own_reading_set():
+    path = FIX / "topical_chat/conversations/valid_freq.json"
+    [agent_1], [agent_2], [both] = (load("topical_chat", path, assistant=a) for a in ("agent_1", "agent_2", "both"))
+    assert [t.role for t in both.turns] == ["assistant"] * 8
+    assert both.scored_indices() == sorted(agent_1.scored_indices() + agent_2.scored_indices())
+    for t, t_1, t_2 in zip(both.turns, agent_1.turns, agent_2.turns):
+        own = t_1 if t_1.role == "assistant" else t_2  # each turn keeps its own agent's reference
+        assert (t.reference, t.score) == (own.reference, own.score)

@@ -1,4 +1,6 @@
-"""The scaling curve's inputs: references cut or grown to a target length from other passages."""
+"""The scaling curve: its inputs (references cut or grown to a target length from other passages) and the curve over speed runs."""
+
+import json
 
 from fastvista.evaluation.scaling import long_reference, scaling_sets
 from fastvista.schema import Dialogue, Turn
@@ -37,3 +39,42 @@ def test_distractors_can_come_from_more_dialogues_than_are_scored():
     one = [Dialogue(id="d", turns=[Turn(role="assistant", text="x", reference="Own passage.")])]
     [grown] = scaling_sets(one, [10], words, passages=passages + one)[10]
     assert grown.turns[0].reference.startswith("Own passage.") and "Other passage number" in grown.turns[0].reference
+
+
+def fake_speed(speedups: dict):
+    """A stand-in for one `fastvista eval speed` run: the student's turns/s grows with the point."""
+    calls = []
+
+    def measure(settings: dict, folder):
+        calls.append(settings["data"])
+        x = settings["data"]["max_scored_turns"] or int(settings["data"]["input"].split("_")[-1].split(".")[0])
+        rows = {"teacher": 1.0, "teacher, no prefix cache": 0.5, "student": speedups[x]}
+        speed = {"settings": {"model": settings["model"], "data": settings["data"]}, "speedup": speedups[x],
+                 "speedup_over_plain_teacher": speedups[x] * 2, "strongest_teacher_name": "teacher",
+                 "configurations": {k: {"turns_per_second": v, "turns": 10, "prompt_tokens_per_turn": 100.0} for k, v in rows.items()}}
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "speed.json").write_text(json.dumps(speed))
+        return speed
+
+    return measure, calls
+
+
+def test_scaling_curve_finds_where_the_speedup_crosses_6_6x_and_keeps_finished_points(tmp_path):
+    from fastvista.evaluation.scaling_curve import ScalingConfig, curve
+
+    cfg = ScalingConfig(speed={"model": "student"}, references={100: "ref_100.jsonl", 1000: "ref_1000.jsonl", 4000: "ref_4000.jsonl"},
+                        dialogues="long.jsonl", dialogue_turns=[5, 20])
+    measure, calls = fake_speed({100: 1.5, 1000: 4.0, 4000: 9.2, 5: 1.4, 20: 2.0})
+    result = curve(cfg, tmp_path, measure)
+    assert len(calls) == 5 and calls[-1] == {**calls[-1], "input": "long.jsonl", "min_scored_turns": 20, "max_scored_turns": 20}
+    # 6.6x between 1,000 tokens (4.0x) and 4,000 (9.2x): 1000 + (6.6 - 4.0) / (9.2 - 4.0) * 3000
+    assert result["crossings"]["reference tokens"]["speedup_over_strongest"] == 2500.0
+    assert result["crossings"]["reference tokens"]["speedup_over_plain"] == round(100 + (6.6 - 3.0) / (8.0 - 3.0) * 900, 1)
+    assert result["crossings"]["scored turns"]["speedup_over_strongest"] is None
+    assert "not within the range" in (tmp_path / "scaling.md").read_text() and (tmp_path / "scaling.png").stat().st_size > 0
+    # run again: every point is kept; another model measures them all again
+    measure2, calls2 = fake_speed({100: 1.5, 1000: 4.0, 4000: 9.2, 5: 1.4, 20: 2.0})
+    curve(cfg, tmp_path, measure2)
+    assert calls2 == []
+    curve(cfg.model_copy(update={"speed": {"model": "other"}}), tmp_path, measure2)
+    assert len(calls2) == 5

@@ -2,7 +2,10 @@
 
 `path` is `conversations/<split>.json` of the published layout; the reading set is read from
 `reading_sets/pre-build/<split>.json` and Wikipedia lead sections from `src/wiki/wiki.json`.
-One agent plays the assistant. A turn's reference is the wiki section of each `FS*` entity it
+One agent plays the assistant (`assistant`), or with `assistant="both"` every turn is an
+assistant turn grounded in its own agent's reading set: Topical-Chat's two agents both read
+knowledge, so a conversation then has ~20 scored turns (the speed scaling curve's long
+dialogues, docs/speed.md). A turn's reference is the wiki section of each `FS*` entity it
 cites; fun facts (Reddit) and articles (`AS*`) cannot be resolved offline, so a turn citing only
 those or `Personal Knowledge` has no reference and is left as context unless `score_unreferenced`.
 Each turn keeps its `knowledge_source` in `meta`. No faithfulness labels.
@@ -79,7 +82,7 @@ def _dialogue(path, conv_id, conv, reading_sets, sections, assistant, score_unre
             raise RecordError(path, None, where, "needs agent and message strings")
         agent, text = t["agent"], t["message"]
         sources = expect(path, None, f"{where}.knowledge_source", t.get("knowledge_source") or [], list, "a list of sources")
-        if agent != assistant:
+        if assistant != "both" and agent != assistant:
             turns.append(Turn(role="user", text=text, meta={"knowledge_source": sources}))
             continue
         reference = _reference(path, conv_id, reading_sets[conv_id].get(agent, {}), sources, sections)
