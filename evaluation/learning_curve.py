@@ -7,9 +7,13 @@ For each size the training set is the first whole dialogues of the corpus's trai
 labelling order (a seeded shuffle, so every prefix is a fair sample), until that many turns: each
 smaller set is part of each larger one, and a set stays the same as the corpus grows. Each point
 trains with `accelerate launch train/sft.py`, scores the test dialogues with `fastvista score`
-and compares with the teacher (`fastvista eval agreement`). A point whose outputs exist is kept
-when everything it depends on is the same (its training set, the test files, the configs: its
-point.json); a point made otherwise is refused, never mixed. Writes
+and compares with the teacher (`fastvista eval agreement`). A trained point is kept when what its
+training depends on is the same (its training set, its validation set, the training configs:
+its point.json); a point trained otherwise is refused, never mixed. Its scoring depends on the
+test files and the scoring config only, and lives in a folder named by their digest: when the
+corpus grows, the same students score the larger test split without training again, and the
+earlier scores stay. The validation set is the first `eval_turns` turns of the validation
+split (whole dialogues), so it too stays the same as the corpus grows. Writes
 learning_curve.json, learning_curve.md and learning_curve.png.
 """
 
@@ -42,6 +46,7 @@ class LearningCurveConfig(BaseModel):
     score_config: str  # configs/score/*.yaml: how the merged student scores
     train_file: str  # the corpus's train.jsonl (fastvista data corpus-split)
     eval_file: str = ""  # its validation.jsonl
+    eval_turns: int = 0  # validate on its first turns (whole dialogues); 0: all of it
     test_inputs: str  # the test dialogues to score
     test_teacher: str  # the teacher's labels of those dialogues
     sizes: list[int]  # training turns per point; 0 stands for all of them
@@ -104,41 +109,53 @@ def _run(cmd: list[str], what: str, accept: tuple[int, ...] = (0,)) -> None:
         raise RuntimeError(f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}")
 
 
-def manifest(cfg: LearningCurveConfig, train_text: str) -> dict:
-    """What a point's figures depend on: its training set, the test files, every config."""
-    def digest(path: str) -> str | None:
-        return file_hash(path) if path and Path(path).exists() else None
-
-    return {"train_sha256": hashlib.sha256(train_text.encode()).hexdigest(), "eval_file": digest(cfg.eval_file),
-            "test_inputs": digest(cfg.test_inputs), "test_teacher": digest(cfg.test_teacher), "sft_config": digest(cfg.sft_config),
-            "score_config": digest(cfg.score_config), "score_overrides": cfg.score_overrides, "sft_keys": cfg.sft_keys, "accelerate_config": digest(cfg.accelerate_config)}
+def _digest(path: str) -> str | None:
+    return file_hash(path) if path and Path(path).exists() else None
 
 
-def point(cfg: LearningCurveConfig, examples: list[dict], size: int, out: Path) -> dict:
-    """Train, score and compare one point, reusing what an earlier run left only when every input
-    it depends on is the same (its manifest); a point made otherwise is refused, never mixed."""
+def _text(rows: list[dict]) -> str:
+    return "".join(json.dumps(e) + "\n" for e in rows)
+
+
+def manifest(cfg: LearningCurveConfig, train_text: str, eval_text: str) -> dict:
+    """What a point's training depends on: its training and validation sets, the training configs."""
+    return {"train_sha256": hashlib.sha256(train_text.encode()).hexdigest(), "eval_sha256": hashlib.sha256(eval_text.encode()).hexdigest(),
+            "sft_config": _digest(cfg.sft_config), "sft_keys": cfg.sft_keys, "accelerate_config": _digest(cfg.accelerate_config)}
+
+
+def scoring_folder(cfg: LearningCurveConfig, folder: Path) -> Path:
+    """Where a point's scores on the current test files live: named by what they depend on."""
+    depends = {"test_inputs": _digest(cfg.test_inputs), "test_teacher": _digest(cfg.test_teacher),
+               "score_config": _digest(cfg.score_config), "score_overrides": cfg.score_overrides}
+    return folder / f"scored_{hashlib.sha256(json.dumps(depends, sort_keys=True).encode()).hexdigest()[:12]}"
+
+
+def point(cfg: LearningCurveConfig, examples: list[dict], size: int, out: Path, validation: list[dict] = ()) -> dict:
+    """Train, score and compare one point, reusing a training only when what it depends on is the
+    same (its manifest; a point trained otherwise is refused, never mixed) and scores only when
+    made on the same test files and scoring config."""
     subset = first_turns(examples, size)
     folder = out / f"turns_{len(subset)}"
     folder.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(e) + "\n" for e in subset)
-    wanted, recorded = manifest(cfg, text), folder / "point.json"
+    text, eval_text = _text(subset), _text(validation)
+    wanted, recorded = manifest(cfg, text, eval_text), folder / "point.json"
     if recorded.exists() and json.loads(recorded.read_text()) != wanted:
         changed = [k for k, v in json.loads(recorded.read_text()).items() if wanted.get(k) != v]
-        raise ValueError(f"{folder} was made with another {', '.join(changed)} (the corpus or a config changed?): "
-                         "use a new output folder")
-    train_file = folder / "train.jsonl"
+        raise ValueError(f"{folder} was trained with another {', '.join(changed)} (a config changed?): use a new output folder")
+    train_file, eval_file = folder / "train.jsonl", folder / "validation.jsonl"
     if not recorded.exists():
-        partial = train_file.with_suffix(".partial")
-        partial.write_text(text)
-        partial.replace(train_file)
+        for path, content in ((train_file, text), (eval_file, eval_text)):
+            partial = path.with_suffix(".partial")
+            partial.write_text(content)
+            partial.replace(path)
         recorded.write_text(json.dumps(wanted, indent=2))
-    student, scored = folder / "student", folder / "scored"
+    student, scored = folder / "student", scoring_folder(cfg, folder)
     bin_dir = Path(sys.executable).parent
     if not (student / "training_record.json").exists():
         # resume: a killed point goes on from its last checkpoint
         keys = {**cfg.sft_keys, "train_file": str(train_file), "output_dir": str(student), "merge": True, "resume": True}
-        if cfg.eval_file:
-            keys["eval_file"] = cfg.eval_file
+        if eval_text:
+            keys["eval_file"] = str(eval_file)
         args = [a for k, v in keys.items() for a in (f"--{k}", json.dumps(v) if isinstance(v, (bool, list, dict)) or v is None else str(v))]
         _run([str(bin_dir / "accelerate"), "launch", "--config_file", cfg.accelerate_config, "train/sft.py",
               "--config", cfg.sft_config, *args], f"training on {len(subset)} turns")
@@ -153,9 +170,10 @@ def point(cfg: LearningCurveConfig, examples: list[dict], size: int, out: Path) 
         _run([str(bin_dir / "fastvista"), "score", "-c", cfg.score_config, *sets, "-i", cfg.test_inputs, "-o", str(scored)],
              f"scoring with the {len(subset)}-turn student", accept=(0, 3))
     report = agreement(read_scored(scored / "results.jsonl"), read_scored(Path(cfg.test_teacher)))
-    (folder / "agreement.json").write_text(json.dumps(report, indent=2))
+    (scored / "agreement.json").write_text(json.dumps(report, indent=2))
     record = json.loads((student / "training_record.json").read_text())
     return {"turns": len(subset), "dialogues": len({e["dialogue_id"] for e in subset}), "train_sha256": wanted["train_sha256"],
+            "scores": str(scored),
             "test_turns": report["turns"]["usable"], "test_turns_unscored": report["turns"]["only_teacher"],
             "metrics": {column: metric(report, path) for path, column in METRICS.items()},
             "turn_score_pearson_ci95": metric(report, ("turn_score", "pearson_ci95")),
@@ -172,10 +190,11 @@ def parsed_share(summary: dict, failed: list[dict]) -> float | None:
 
 def main(cfg: LearningCurveConfig, out: Path) -> list[dict]:
     examples = read_examples(cfg.train_file)
+    validation = first_turns(read_examples(cfg.eval_file), cfg.eval_turns) if cfg.eval_file else []
     sizes = sorted({len(first_turns(examples, n)) for n in cfg.sizes})
     points = []
     for size in sizes:
-        points.append(point(cfg, examples, size, out))
+        points.append(point(cfg, examples, size, out, validation))
         (out / "learning_curve.json").write_text(json.dumps({"config": cfg.model_dump(), "points": points}, indent=2))
     (out / "learning_curve.md").write_text(table(points) + "\n")
     plot(points, out / "learning_curve.png")

@@ -37,21 +37,39 @@ def test_table_rows_show_each_metric_and_a_dash_where_none():
     assert "| 250 | 50 | - | 0.812 | 0.550 | - | 0.700 | 0.710 | 1.0 |" in text
 
 
-def test_a_point_made_with_other_inputs_is_refused_not_mixed(tmp_path):
-    from fastvista.evaluation.learning_curve import manifest
+def test_a_grown_test_split_is_scored_again_by_the_same_student_and_a_changed_training_is_refused(tmp_path, monkeypatch):
+    from fastvista.evaluation import learning_curve
 
     test = tmp_path / "test_labelled.jsonl"
     test.write_text("a\n")
     cfg = LearningCurveConfig(sft_config="s.yaml", score_config="c.yaml", train_file="t.jsonl", test_inputs="i.jsonl",
                               test_teacher=str(test), sizes=[3])
+    validation = first_turns(examples(), 2)
     folder = tmp_path / "turns_3"
     folder.mkdir()
-    text = "".join(json.dumps(e) + "\n" for e in first_turns(examples(), 3))
-    (folder / "point.json").write_text(json.dumps(manifest(cfg, text)))
+    (folder / "point.json").write_text(json.dumps(learning_curve.manifest(cfg, learning_curve._text(first_turns(examples(), 3)),
+                                                                          learning_curve._text(validation))))
+    (folder / "student").mkdir()
+    (folder / "student" / "training_record.json").write_text("{}")  # trained before
+    first = learning_curve.scoring_folder(cfg, folder)
     test.write_text("a\nb\n")  # the corpus grew: the test split's labels changed
-    with pytest.raises(ValueError, match="another test_teacher"):
-        point(cfg, examples(), 3, tmp_path)
+    second = learning_curve.scoring_folder(cfg, folder)
+    assert first != second and first.parent == second.parent == folder
+
+    commands = []
+
+    def run(cmd, what, accept=(0,)):
+        commands.append(cmd)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(learning_curve, "_run", run)
+    with pytest.raises(RuntimeError, match="stop here"):
+        point(cfg, examples(), 3, tmp_path, validation)
+    [score] = commands  # no training again: straight to scoring, into the new folder
+    assert score[1] == "score" and score[score.index("-o") + 1] == str(second)
     other = LearningCurveConfig(**{**cfg.model_dump(), "sft_keys": {"num_train_epochs": 1}})
     with pytest.raises(ValueError, match="sft_keys"):
-        point(other, examples(), 3, tmp_path)
+        point(other, examples(), 3, tmp_path, validation)
+    with pytest.raises(ValueError, match="eval_sha256"):
+        point(cfg, examples(), 3, tmp_path, first_turns(examples(), 9))
     assert not (folder / "train.jsonl").exists()  # nothing written over the old point
