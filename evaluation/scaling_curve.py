@@ -20,9 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.config import DataSelection
+from fastvista.evaluation.speed import SpeedConfig, run_settings
 
 VERIFASTSCORE_SPEEDUP = 6.6  # VeriFastScore's reported speedup over its pipeline (arXiv 2505.16973)
 PLAIN = "teacher, no prefix cache"
@@ -38,6 +39,11 @@ class ScalingConfig(BaseModel):
     dialogues: Optional[str] = None  # long dialogues, cut after each of `dialogue_turns` scored turns
     dialogue_turns: list[int] = Field(default_factory=lambda: [5, 10, 15, 20])
     rows: list[str] = Field(default_factory=lambda: ["teacher", PLAIN, "student"])
+
+    @model_validator(mode="after")
+    def _speed_settings_read(self) -> "ScalingConfig":
+        SpeedConfig.model_validate({**self.speed, "data": {"input": "each point's"}, "only": self.rows})  # a typo fails here, not hours in
+        return self
 
 
 def points(args: ScalingConfig) -> list[tuple[str, int, DataSelection]]:
@@ -78,7 +84,7 @@ def curve(args: ScalingConfig, out: Path, measure: Callable[[dict, Path], dict])
         settings = {**args.speed, "data": data.model_dump(), "only": args.rows, "skip_plain": PLAIN not in args.rows}
         previous = folder / "speed.json"
         speed = json.loads(previous.read_text()) if previous.exists() else None
-        if not speed or speed.get("settings") != {"model": settings.get("model"), "data": settings["data"]} or not set(args.rows) <= set(speed["configurations"]):
+        if not speed or speed.get("settings") != run_settings(SpeedConfig.model_validate(settings)) or not set(args.rows) <= set(speed["configurations"]):
             speed = measure(settings, folder)
         result["points"].setdefault(axis, []).append({"x": x, **summary(speed)})
         (out / "scaling.json").write_text(json.dumps(result, indent=2))
@@ -132,7 +138,7 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(args: ScalingConfig, out: Path) -> dict:
-    from fastvista.evaluation.speed import SpeedConfig, main as speed_main
+    from fastvista.evaluation.speed import main as speed_main
 
     out.mkdir(parents=True, exist_ok=True)
     engines: dict = {}  # one set of engines for every point

@@ -24,8 +24,10 @@ Configurations (each on vLLM with prefix caching unless said otherwise):
   turns, its own claims carried as the store; and `+ n-gram`. With `window_forced` each window's
   answer is forced to the per-turn student's claims for its turns, so both modes decode the same
   text and the rows measure the mode itself, not how well each model was trained.
-The teacher runs on the student's weights (same architecture, same engine); each student's
-recorded format must match the settings it is scored with. `--only` reruns some rows and keeps
+The teacher runs on the student's weights (same architecture, same engine), which isolates the
+method; with `teacher_model` the teacher rows run on that model instead (the shipped teacher's
+own weights: what a user deploying one or the other gets). Each student's recorded format must
+match the settings it is scored with. `--only` reruns some rows and keeps
 the others from OUT/speed.json, only when that was measured on the same model and dialogues.
 Prints a markdown table and writes speed.json and speed.md.
 """
@@ -161,6 +163,7 @@ class SpeedConfig(BaseModel):
     window_turns: int = 5  # scored turns per call of the dialogue-level student
     window_forced: bool = False  # force the dialogue-level answers to the per-turn student's claims
     teacher_config: str = "configs/synth/teacher_vllm_cpu.yaml"  # its teacher section gives the teacher's settings
+    teacher_model: Optional[str] = None  # run the teacher rows on these weights (default: the student's)
     data: DataSelection
     speculative_tokens: int = 4  # draft tokens per step of n-gram speculation (0: skip those rows)
     max_model_len: int = 4096
@@ -179,6 +182,11 @@ ROWS = ("teacher", "teacher (text labels)", "student", "prefill alone (the stude
         *(f"{who}, served, {schedule}" for who in ("teacher", "student") for schedule in SCHEDULES))
 
 
+def run_settings(args: SpeedConfig) -> dict:
+    """What a speed.json's rows were measured on: rows measured on other settings never mix."""
+    return {"model": args.model, "data": args.data.model_dump(), **({"teacher_model": args.teacher_model} if args.teacher_model else {})}
+
+
 def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
     """Every row in one run; `engines` (by configuration, filled as they are built) lets several
     runs on the same weights share their engines (fastvista eval scaling)."""
@@ -189,6 +197,9 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
     check_student_format(BackendConfig(kind="vllm", model=args.model), student)
     if args.window_model:
         check_student_format(BackendConfig(kind="vllm", model=args.window_model), student.model_copy(update={"turns_per_call": args.window_turns}))
+    if args.served and args.teacher_model:
+        raise ValueError("the served rows run teacher and student on one server with the student's weights: run them without "
+                         "teacher_model (or time each on its own weights with `fastvista eval live-latency`)")
     shipped = TeacherConfig.model_validate(load_config(args.teacher_config, []).get("teacher", {}))
     text_teacher = shipped.model_copy(update={"label_scores": False})
     previous = out / "speed.json"
@@ -198,7 +209,7 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
     configs: dict = {}
     if args.only and previous.exists():
         before = json.loads(previous.read_text())
-        if before.get("settings", {}).get("model") != args.model or before.get("settings", {}).get("data") != args.data.model_dump():
+        if before.get("settings") != run_settings(args):
             raise ValueError(f"{previous} was measured on another model or other dialogues: write to another folder, "
                              "or run every row again (without --only)")
         configs = before["configurations"]
@@ -218,16 +229,18 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
 
     machines = {"teacher": lambda d: label_dialogue(d, shipped), "teacher (text labels)": lambda d: label_dialogue(d, text_teacher),
                 "student": lambda d: score_dialogue(d, student, True)}
+    teacher_weights = args.teacher_model or args.model
     for name, machine in machines.items():
         if wanted(name):
-            configs[name] = measure(name, dialogues, machine, on("main", args.model), out)
+            key, model = ("main", args.model) if name == "student" or not args.teacher_model else ("teacher", teacher_weights)
+            configs[name] = measure(name, dialogues, machine, on(key, model), out)
     name = "prefill alone (the student prompts, answers replayed)"
     if wanted(name) and "student" in configs:
         recorded = student_turns()
         configs[name] = measure(name, dialogues, lambda d: prompts_alone(d, recorded, student.history_turns), on("main", args.model), out)
     if not args.skip_plain and wanted("teacher, no prefix cache"):
         configs["teacher, no prefix cache"] = measure("teacher, no prefix cache", dialogues, machines["teacher (text labels)"],
-                                                      on("plain", args.model, enable_prefix_caching=False), out)
+                                                      on("plain", teacher_weights, enable_prefix_caching=False), out)
     if args.speculative_tokens and wanted("student + n-gram"):
         configs["student + n-gram"] = measure("student + n-gram", dialogues, machines["student"], on("ngram", args.model, speculative=ngram), out)
         configs["student + n-gram"]["identical"] = same_outputs(configs["student"]["results"], configs["student + n-gram"]["results"])
@@ -263,9 +276,10 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
         raise ValueError("the ratios need a teacher row and a student row: run them too (or run without --only)")
     strongest = max(teachers, key=lambda k: teachers[k]["turns_per_second"])
     result = {
-        "engine": f"vllm ({args.dtype}) on {args.model}" + (f" and {args.window_model}" if args.window_model else ""),
+        "engine": f"vllm ({args.dtype}) on {args.model}" + (f" and {args.window_model}" if args.window_model else "")
+                  + (f"; the teacher on {args.teacher_model}" if args.teacher_model else ""),
         "dialogues": len(dialogues),
-        "settings": {"model": args.model, "data": args.data.model_dump()},
+        "settings": run_settings(args),
         "configurations": configs,
         "strongest_teacher_name": strongest,
         "strongest_teacher": teachers[strongest]["turns_per_second"],
