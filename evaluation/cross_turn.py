@@ -237,7 +237,7 @@ def cross_turn_report(scored: list[ScoredDialogue], failed: list[dict] | None = 
     """Per probe version: probe turns scored, the share flagged hallucinated (detection for
     contradict/unsupported, false alarms for restate/abstain), the labels the scorer gave, and the
     probe dialogues left without a probe-turn result (not scored, or failed: `failed.jsonl`)."""
-    rows: dict[str, dict] = defaultdict(lambda: {"n": 0, "flagged": 0, "labels": Counter(), "no_claim": 0, "unscored": 0})
+    rows: dict[str, dict] = defaultdict(lambda: {"n": 0, "flagged": 0, "labels": Counter(), "no_claim": 0, "unscored": 0, "expected": 0})
     for s in scored:
         found = probe_turn(s.dialogue)
         if found is None:
@@ -251,6 +251,7 @@ def cross_turn_report(scored: list[ScoredDialogue], failed: list[dict] | None = 
         row["n"] += 1
         row["flagged"] += bool(turn.hallucinated)
         row["labels"].update(c.label.value for c in turn.claims)
+        row["expected"] += any(c.label.value == TYPES[kind][0] for c in turn.claims)
         row["no_claim"] += not turn.claims
     for f in failed or []:
         kind = str(f.get("id", "")).rpartition("#")[2]
@@ -264,5 +265,24 @@ def cross_turn_report(scored: list[ScoredDialogue], failed: list[dict] | None = 
         share = round(r["flagged"] / r["n"], 4) if r["n"] else None
         report[kind] = {"n": r["n"], "expected": label, "flagged_share": share,
                         "correct_decision_share": None if share is None else share if hallucinated else round(1 - share, 4),
+                        "expected_label_share": round(r["expected"] / r["n"], 4) if r["n"] else None,
                         "claim_labels": dict(r["labels"]), "no_claim_turns": r["no_claim"], "without_result": r["unscored"]}
     return report
+
+
+def cross_turn_table(reports: dict[str, dict]) -> str:
+    """Scorers side by side: per probe version, the share of correct turn decisions (detections
+    for contradict and unsupported, no false alarm for restate and abstain) and of probe turns
+    with a claim of the expected label."""
+    header = "| scorer | " + " | ".join(f"{k}: correct decision / expected label" for k in TYPES) + " | without result |"
+    lines = [header, "|---|" + "---|" * len(TYPES) + "---|"]
+
+    def cell(row: dict | None) -> str:
+        if not row or row["n"] == 0:
+            return "-"
+        return f"{row['correct_decision_share']:.2f} / {row['expected_label_share']:.2f} (n={row['n']})"
+
+    for name, report in reports.items():
+        missing = sum(r["without_result"] for r in report.values())
+        lines.append(f"| {name} | " + " | ".join(cell(report.get(k)) for k in TYPES) + f" | {missing} |")
+    return "\n".join(lines)

@@ -119,17 +119,27 @@ def eval_injection(
 
 @eval_app.command("cross-turn")
 def eval_cross_turn(
-    scored: Path = typer.Argument(..., help="A scorer's results on the probe of `fastvista data cross-turn-probe`."),
+    scored: List[str] = typer.Argument(..., help="A scorer's results on the probe of `fastvista data cross-turn-probe`; "
+                                       "several as NAME=RESULTS for a table of scorers side by side."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
 ):
-    """Per probe type, how often the scorer flags the probe turn, and the labels it gives."""
-    from fastvista.evaluation.cross_turn import cross_turn_report
+    """Per probe type, how often the scorer flags the probe turn, and the labels it gives. With
+    several scorers (NAME=RESULTS ...), a report per name and a table side by side."""
+    from fastvista.evaluation.cross_turn import cross_turn_report, cross_turn_table
     from fastvista.scheduler import read_failed
 
-    report = cross_turn_report(read_scored(scored), read_failed(scored.parent))
-    if not report:
-        fail(f"{scored} holds no cross-turn probe dialogue (made by `fastvista data cross-turn-probe`)")
-    write_report(report, out)
+    reports = {}
+    for item in scored:
+        name, sep, path = item.rpartition("=")
+        name, path = (name, Path(path)) if sep else (item, Path(item))
+        reports[name] = cross_turn_report(read_scored(path), read_failed(path.parent))
+        if not reports[name]:
+            fail(f"{path} holds no cross-turn probe dialogue (made by `fastvista data cross-turn-probe`)")
+    if len(reports) == 1:
+        write_report(next(iter(reports.values())), out)
+        return
+    write_report(reports, out)
+    typer.echo(cross_turn_table(reports))
 
 
 def fail(message: str) -> None:

@@ -104,3 +104,14 @@ def test_the_report_finds_the_probe_turn_by_its_meta_even_in_a_cut_dialogue():
     report = cross_turn_report([cut])
     assert report["contradict"]["n"] == 0 and report["contradict"]["without_result"] == 1
     assert report["contradict"]["correct_decision_share"] is None
+
+
+def test_scorers_side_by_side_show_correct_decisions_and_expected_labels_per_version():
+    from fastvista.evaluation.cross_turn import cross_turn_table
+
+    memory = cross_turn_report([scored("contradict", True, ["CONTRADICTED"]), scored("restate", False, ["VERIFIED"])])
+    forgetful = cross_turn_report([scored("contradict", True, ["LACKING_EVIDENCE"]), scored("restate", True, ["LACKING_EVIDENCE"])])
+    assert memory["contradict"]["expected_label_share"] == 1.0 and forgetful["contradict"]["expected_label_share"] == 0.0
+    table = cross_turn_table({"teacher": memory, "no accumulation": forgetful})
+    assert "| teacher | 1.00 / 1.00 (n=1) | - | 1.00 / 1.00 (n=1) | - | 0 |" in table
+    assert "| no accumulation | 1.00 / 0.00 (n=1) | - | 0.00 / 0.00 (n=1) | - | 0 |" in table
