@@ -24,12 +24,13 @@ from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.evaluation.cross_turn import TYPES, cross_turn_report
 from fastvista.evaluation.teacher_quality import measure
 from fastvista.llm import BackendConfig, fingerprint, make_backend
-from fastvista.records_io import read_scored
+from fastvista.records_io import RecordError, read_scored, to_json_line
 from fastvista.synth.pipeline import TeacherConfig
 
 
 class AblationData(DataSelection):
     teacher: dict = {}  # what this data set needs in every variant (e.g. gold_claims: true); never a switch
+    skip_bad: bool = False  # go on past bad records (FaithDial's CSVs hold empty rows), each reported in OUT/DATA/skipped.jsonl
 
 
 class AblationConfig(BaseModel):
@@ -95,7 +96,11 @@ def main(cfg: AblationConfig, out: Path, overrides: list[str] | None = None, bac
 
     cells: dict[str, dict[str, dict]] = {}
     for data_name, data in cfg.data.items():
-        dialogues = load_dialogues(data, None)
+        skipped: list[RecordError] = []
+        dialogues = load_dialogues(data, skipped if data.skip_bad else None)
+        if skipped:
+            (out / data_name).mkdir(parents=True, exist_ok=True)
+            (out / data_name / "skipped.jsonl").write_text("".join(to_json_line(e.as_dict()) for e in skipped))
         cells[data_name] = {}
         for name, settings in cfg.variants.items():
             teacher = TeacherConfig.model_validate({**tree.get("teacher", {}), **settings, **data.teacher})
@@ -103,6 +108,8 @@ def main(cfg: AblationConfig, out: Path, overrides: list[str] | None = None, bac
             probe = cross_turn_report(read_scored(out / data_name / name / "labelled.jsonl", {d.id for d in dialogues}))
             if probe:
                 row["probe"] = probe
+            if skipped:
+                row["skipped_records"] = len(skipped)
             cells[data_name][name] = row
             (out / "ablation.json").write_text(json.dumps({"model": backend_config.model, "config": cfg.model_dump(), "cells": cells}, indent=2))
     text = table(cells)

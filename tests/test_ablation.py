@@ -1,5 +1,6 @@
 """The teacher's ablation table: each switch on each data set, one engine, one table."""
 
+import pytest
 import yaml
 
 from fastvista.evaluation.ablation import AblationConfig, main, table
@@ -53,3 +54,22 @@ def test_a_data_set_may_not_set_a_switch_the_variants_compare():
     with pytest.raises(ValidationError, match="would not be the full teacher"):
         AblationConfig(synth_config="x.yaml", variants={"full": {}, "no history": {"history": False}},
                        data={"d": {"input": "x.jsonl", "teacher": {"history": False}}})
+
+
+def test_a_data_set_that_skips_bad_records_reports_each_and_counts_them(tmp_path):
+    from fastvista.records_io import to_json_line
+
+    d = museum_dialogue(0)
+    d.turns[1].gold = Gold(label="hallucinated")
+    (tmp_path / "museum.jsonl").write_text(to_json_line(d) + '{"id": "broken"}\n')
+    synth = tmp_path / "synth.yaml"
+    synth.write_text(yaml.safe_dump({"backend": {"kind": "openai", "model": "scripted"}}))
+    cfg = AblationConfig(synth_config=str(synth), variants={"full": {}},
+                         data={"museum": {"input": str(tmp_path / "museum.jsonl"), "skip_bad": True}})
+    cells = main(cfg, tmp_path / "out", backend_factory=ScriptedBackend)
+    assert cells["museum"]["full"]["skipped_records"] == 1
+    [line] = (tmp_path / "out" / "museum" / "skipped.jsonl").read_text().splitlines()
+    assert '"line": 2' in line
+    strict = AblationConfig(synth_config=str(synth), variants={"full": {}}, data={"museum": {"input": str(tmp_path / "museum.jsonl")}})
+    with pytest.raises(Exception, match="museum.jsonl:2"):
+        main(strict, tmp_path / "strict", backend_factory=ScriptedBackend)
