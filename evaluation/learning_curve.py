@@ -1,26 +1,33 @@
 """The learning curve: the student's agreement with its teacher on the corpus's test turns against
-the number of teacher-labelled turns it was trained on.
+the number of teacher-labelled turns it was trained on, from one training run.
 
     fastvista eval learning-curve -c configs/eval/learning_curve_cpu.yaml -o runs/learning_curve
 
-For each size the training set is the first whole dialogues of the corpus's train split, in
-labelling order (a seeded shuffle, so every prefix is a fair sample), until that many turns: each
-smaller set is part of each larger one, and a set stays the same as the corpus grows. Each point
-trains with `accelerate launch train/sft.py`, scores the test dialogues with `fastvista score`
-and compares with the teacher (`fastvista eval agreement`). A trained point is kept when what its
-training depends on is the same (its training set, its validation set, the training configs:
-its point.json); a point trained otherwise is refused, never mixed. Its scoring depends on the
-test files and the scoring config only, and lives in a folder named by their digest: when the
-corpus grows, the same students score the larger test split without training again, and the
-earlier scores stay. The validation set is the first `eval_turns` turns of the validation
-split (whole dialogues), so it too stays the same as the corpus grows. Writes
-learning_curve.json, learning_curve.md and learning_curve.png.
+The training set of a point is the first whole dialogues of the corpus's train split, in labelling
+order (a seeded shuffle, so every prefix is a fair sample), until that many turns: each smaller set
+is part of each larger one. One run trains on the largest, in order (`train_sampling_strategy:
+sequential`), each point's examples shuffled among those it adds to the previous one; the adapter
+is saved, and validated, as soon as the run has seen a point's examples (`snapshot_examples` of
+train/sft.py). So a point's student is what a run on its examples alone would be after one
+pass, at the same learning rate (the curve's config keeps it constant after warm-up), and the
+whole curve costs one training on the largest set: on a CPU, where training is the long pole.
+Each point's student is merged (float32), scores the test dialogues with `fastvista score` and is
+compared with the teacher (`fastvista eval agreement`).
+
+A trained run is kept when what it depends on is the same (its training and validation sets, the
+training configs: run.json); a run trained otherwise is refused, never mixed. A point's scores
+depend on the test files and the scoring config only and live in a folder named by their digest:
+when the corpus's test split grows, the same students score it again without training, and the
+earlier scores stay. The validation set is the first `eval_turns` turns of the validation split
+(whole dialogues). Writes learning_curve.json, learning_curve.md and learning_curve.png.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,12 +82,13 @@ def metric(report: dict, path: tuple) -> float | None:
 
 
 def table(points: list[dict]) -> str:
-    lines = ["| training turns | dialogues | test turns | " + " | ".join(METRICS.values()) + " | parsed |",
-             "|---|---|---|" + "---|" * len(METRICS) + "---|"]
+    lines = ["| training turns | dialogues | validation loss | test turns | " + " | ".join(METRICS.values()) + " | parsed |",
+             "|---|---|---|---|" + "---|" * len(METRICS) + "---|"]
     for p in points:
         cells = [f"{v:.3f}" if isinstance(v, float) else "-" for v in (p["metrics"].get(c) for c in METRICS.values())]
         test = f"{p.get('test_turns', '-')}" + (f" ({p['test_turns_unscored']} unscored)" if p.get("test_turns_unscored") else "")
-        lines.append(f"| {p['turns']} | {p['dialogues']} | {test} | " + " | ".join(cells) + f" | {p.get('parsed', '-')} |")
+        loss = f"{p['eval_loss']:.4f}" if p.get("eval_loss") is not None else "-"
+        lines.append(f"| {p['turns']} | {p['dialogues']} | {loss} | {test} | " + " | ".join(cells) + f" | {p.get('parsed', '-')} |")
     return "\n".join(lines)
 
 
@@ -118,7 +126,7 @@ def _text(rows: list[dict]) -> str:
 
 
 def manifest(cfg: LearningCurveConfig, train_text: str, eval_text: str) -> dict:
-    """What a point's training depends on: its training and validation sets, the training configs."""
+    """What the run's training depends on: its training and validation sets, the training configs."""
     return {"train_sha256": hashlib.sha256(train_text.encode()).hexdigest(), "eval_sha256": hashlib.sha256(eval_text.encode()).hexdigest(),
             "sft_config": _digest(cfg.sft_config), "sft_keys": cfg.sft_keys, "accelerate_config": _digest(cfg.accelerate_config)}
 
@@ -130,54 +138,79 @@ def scoring_folder(cfg: LearningCurveConfig, folder: Path) -> Path:
     return folder / f"scored_{hashlib.sha256(json.dumps(depends, sort_keys=True).encode()).hexdigest()[:12]}"
 
 
-def point(cfg: LearningCurveConfig, examples: list[dict], size: int, out: Path, validation: list[dict] = ()) -> dict:
-    """Train, score and compare one point, reusing a training only when what it depends on is the
-    same (its manifest; a point trained otherwise is refused, never mixed) and scores only when
-    made on the same test files and scoring config."""
-    subset = first_turns(examples, size)
-    folder = out / f"turns_{len(subset)}"
-    folder.mkdir(parents=True, exist_ok=True)
-    text, eval_text = _text(subset), _text(validation)
-    wanted, recorded = manifest(cfg, text, eval_text), folder / "point.json"
+def ordered(examples: list[dict], sizes: list[int], seed: int = 0) -> list[dict]:
+    """The run's training file: the first `sizes[0]` examples shuffled among themselves, then the
+    next ones up to `sizes[1]`, and so on: read in order, the first n examples are each point's."""
+    rng, rows, start = random.Random(seed), [], 0
+    for end in sorted(sizes):
+        block = examples[start:end]
+        rng.shuffle(block)
+        rows += block
+        start = end
+    return rows
+
+
+def train(cfg: LearningCurveConfig, examples: list[dict], sizes: list[int], validation: list[dict], out: Path) -> Path:
+    """One training run over the largest point's examples, snapshots at the others; kept when
+    what it depends on is unchanged, refused when it changed."""
+    text, eval_text = _text(ordered(examples[: sizes[-1]], sizes)), _text(validation)
+    wanted, recorded = {**manifest(cfg, text, eval_text), "sizes": sizes}, out / "run.json"
     if recorded.exists() and json.loads(recorded.read_text()) != wanted:
         changed = [k for k, v in json.loads(recorded.read_text()).items() if wanted.get(k) != v]
-        raise ValueError(f"{folder} was trained with another {', '.join(changed)} (a config changed?): use a new output folder")
-    train_file, eval_file = folder / "train.jsonl", folder / "validation.jsonl"
+        raise ValueError(f"{out} was trained with another {', '.join(changed)} (the corpus grew or a config changed?): "
+                         "use a new output folder")
+    train_file, eval_file, student = out / "train.jsonl", out / "validation.jsonl", out / "student"
     if not recorded.exists():
+        out.mkdir(parents=True, exist_ok=True)
         for path, content in ((train_file, text), (eval_file, eval_text)):
             partial = path.with_suffix(".partial")
             partial.write_text(content)
             partial.replace(path)
         recorded.write_text(json.dumps(wanted, indent=2))
-    student, scored = folder / "student", scoring_folder(cfg, folder)
-    bin_dir = Path(sys.executable).parent
     if not (student / "training_record.json").exists():
-        # resume: a killed point goes on from its last checkpoint
-        keys = {**cfg.sft_keys, "train_file": str(train_file), "output_dir": str(student), "merge": True, "resume": True}
+        # resume: a killed run goes on from its last checkpoint; snapshots already saved stay
+        keys = {**cfg.sft_keys, "train_file": str(train_file), "output_dir": str(student), "merge": True, "resume": True,
+                "train_sampling_strategy": "sequential", "snapshot_examples": sizes[:-1]}
         if eval_text:
             keys["eval_file"] = str(eval_file)
         args = [a for k, v in keys.items() for a in (f"--{k}", json.dumps(v) if isinstance(v, (bool, list, dict)) or v is None else str(v))]
-        _run([str(bin_dir / "accelerate"), "launch", "--config_file", cfg.accelerate_config, "train/sft.py",
-              "--config", cfg.sft_config, *args], f"training on {len(subset)} turns")
+        _run([str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", cfg.accelerate_config, "train/sft.py",
+              "--config", cfg.sft_config, *args], f"training on {sizes[-1]} turns")
+    return student
+
+
+def merged(adapter: Path) -> Path:
+    """A snapshot's adapter merged into its base (float32), built aside and renamed in."""
+    done = adapter / "merged"
+    if not done.exists():
+        from fastvista.train.merge import merge
+
+        partial = adapter / "merged.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        merge(adapter, partial)
+        partial.rename(done)
+    return done
+
+
+def score_point(cfg: LearningCurveConfig, size: int, subset: list[dict], model: Path, record: dict) -> dict:
+    """One point's student scores the test dialogues and is compared with the teacher."""
     from fastvista.evaluation.compare import agreement
     from fastvista.records_io import read_scored
     from fastvista.scheduler import read_failed
 
+    scored = scoring_folder(cfg, model.parent)
     if not (scored / "summary.json").exists() or read_failed(scored):
         # resumes: kept dialogues stay, failed ones are tried again; exit 3 leaves those that fail
         # again (an answer that never parsed) in failed.jsonl, counted as unparsed below
-        sets = [a for key in [*cfg.score_overrides, f"backend.model={student / 'merged'}"] for a in ("--set", key)]
-        _run([str(bin_dir / "fastvista"), "score", "-c", cfg.score_config, *sets, "-i", cfg.test_inputs, "-o", str(scored)],
-             f"scoring with the {len(subset)}-turn student", accept=(0, 3))
+        sets = [a for key in [*cfg.score_overrides, f"backend.model={model}"] for a in ("--set", key)]
+        _run([str(Path(sys.executable).parent / "fastvista"), "score", "-c", cfg.score_config, *sets, "-i", cfg.test_inputs,
+              "-o", str(scored)], f"scoring with the {size}-turn student", accept=(0, 3))
     report = agreement(read_scored(scored / "results.jsonl"), read_scored(Path(cfg.test_teacher)))
     (scored / "agreement.json").write_text(json.dumps(report, indent=2))
-    record = json.loads((student / "training_record.json").read_text())
-    return {"turns": len(subset), "dialogues": len({e["dialogue_id"] for e in subset}), "train_sha256": wanted["train_sha256"],
-            "scores": str(scored),
+    return {"turns": size, "dialogues": len({e["dialogue_id"] for e in subset}), "scores": str(scored),
             "test_turns": report["turns"]["usable"], "test_turns_unscored": report["turns"]["only_teacher"],
             "metrics": {column: metric(report, path) for path, column in METRICS.items()},
-            "turn_score_pearson_ci95": metric(report, ("turn_score", "pearson_ci95")),
-            "final_eval_loss": record.get("final_eval_loss"), "train_runtime_s": record.get("train_runtime_s"),
+            "turn_score_pearson_ci95": metric(report, ("turn_score", "pearson_ci95")), **record,
             "parsed": parsed_share(json.loads((scored / "summary.json").read_text()), read_failed(scored))}
 
 
@@ -192,10 +225,21 @@ def main(cfg: LearningCurveConfig, out: Path) -> list[dict]:
     examples = read_examples(cfg.train_file)
     validation = first_turns(read_examples(cfg.eval_file), cfg.eval_turns) if cfg.eval_file else []
     sizes = sorted({len(first_turns(examples, n)) for n in cfg.sizes})
+    student = train(cfg, examples, sizes, validation, out)
+    run = json.loads((student / "training_record.json").read_text())
+    eval_loss = {e["step"]: e["eval_loss"] for e in run.get("eval_loss", [])}
     points = []
     for size in sizes:
-        points.append(point(cfg, examples, size, out, validation))
-        (out / "learning_curve.json").write_text(json.dumps({"config": cfg.model_dump(), "points": points}, indent=2))
+        if size == sizes[-1]:
+            model, record = student / "merged", {"step": None, "eval_loss": run.get("final_eval_loss")}
+        else:
+            snapshot = student / "snapshots" / f"turns_{size}"
+            if not snapshot.exists():
+                raise RuntimeError(f"the run left no snapshot after {size} turns ({snapshot}): see {student}")
+            step = json.loads((snapshot / "snapshot.json").read_text())["step"]
+            model, record = merged(snapshot), {"step": step, "eval_loss": eval_loss.get(step)}
+        points.append(score_point(cfg, size, first_turns(examples, size), model, record))
+        (out / "learning_curve.json").write_text(json.dumps({"config": cfg.model_dump(), "training": str(student), "points": points}, indent=2))
     (out / "learning_curve.md").write_text(table(points) + "\n")
     plot(points, out / "learning_curve.png")
     print(table(points))

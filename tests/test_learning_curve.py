@@ -2,10 +2,11 @@
 the table, and a changed training set refused rather than overwritten."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from fastvista.evaluation.learning_curve import LearningCurveConfig, first_turns, parsed_share, point, table
+from fastvista.evaluation.learning_curve import LearningCurveConfig, first_turns, ordered, parsed_share, table
 
 
 def examples():
@@ -34,42 +35,61 @@ def test_table_rows_show_each_metric_and_a_dash_where_none():
     text = table([{"turns": 250, "dialogues": 50, "parsed": 1.0,
                    "metrics": {"decision agreement": 0.8123, "kappa": 0.55, "turn-score Pearson": None,
                                "claim recall": 0.7, "label accuracy (aligned)": 0.71}}])
-    assert "| 250 | 50 | - | 0.812 | 0.550 | - | 0.700 | 0.710 | 1.0 |" in text
+    assert "| 250 | 50 | - | - | 0.812 | 0.550 | - | 0.700 | 0.710 | 1.0 |" in text
 
 
-def test_a_grown_test_split_is_scored_again_by_the_same_student_and_a_changed_training_is_refused(tmp_path, monkeypatch):
-    from fastvista.evaluation import learning_curve
+def test_the_run_reads_each_points_examples_first_each_block_shuffled_within_itself():
+    rows = examples()  # 9 examples; points after 3, 5 and 9
+    run = ordered(rows, [3, 5, 9], seed=1)
+    assert sorted(e["id"] for e in run) == sorted(e["id"] for e in rows)
+    for n in (3, 5, 9):
+        assert {e["id"] for e in run[:n]} == {e["id"] for e in rows[:n]}
+    assert run != rows and ordered(rows, [3, 5, 9], seed=1) == run  # shuffled, and the same every time
 
+
+def config(tmp_path, **changes) -> LearningCurveConfig:
     test = tmp_path / "test_labelled.jsonl"
-    test.write_text("a\n")
-    cfg = LearningCurveConfig(sft_config="s.yaml", score_config="c.yaml", train_file="t.jsonl", test_inputs="i.jsonl",
-                              test_teacher=str(test), sizes=[3])
-    validation = first_turns(examples(), 2)
-    folder = tmp_path / "turns_3"
-    folder.mkdir()
-    (folder / "point.json").write_text(json.dumps(learning_curve.manifest(cfg, learning_curve._text(first_turns(examples(), 3)),
-                                                                          learning_curve._text(validation))))
-    (folder / "student").mkdir()
-    (folder / "student" / "training_record.json").write_text("{}")  # trained before
-    first = learning_curve.scoring_folder(cfg, folder)
-    test.write_text("a\nb\n")  # the corpus grew: the test split's labels changed
-    second = learning_curve.scoring_folder(cfg, folder)
-    assert first != second and first.parent == second.parent == folder
+    if not test.exists():
+        test.write_text("a\n")
+    return LearningCurveConfig(**{"sft_config": "s.yaml", "score_config": "c.yaml", "train_file": "t.jsonl", "test_inputs": "i.jsonl",
+                                  "test_teacher": str(test), "sizes": [3, 0], **changes})
+
+
+def test_a_trained_run_is_kept_a_changed_one_refused_and_a_grown_test_split_scored_again(tmp_path, monkeypatch):
+    from fastvista.evaluation import learning_curve
 
     commands = []
 
     def run(cmd, what, accept=(0,)):
         commands.append(cmd)
-        raise RuntimeError("stop here")
+        if "train/sft.py" in cmd:  # stands in for the training run
+            student = Path(cmd[cmd.index("--output_dir") + 1])
+            student.mkdir(parents=True)
+            (student / "training_record.json").write_text("{}")
+            return
+        raise RuntimeError("stop before scoring")
 
     monkeypatch.setattr(learning_curve, "_run", run)
-    with pytest.raises(RuntimeError, match="stop here"):
-        point(cfg, examples(), 3, tmp_path, validation)
-    [score] = commands  # no training again: straight to scoring, into the new folder
-    assert score[1] == "score" and score[score.index("-o") + 1] == str(second)
-    other = LearningCurveConfig(**{**cfg.model_dump(), "sft_keys": {"num_train_epochs": 1}})
+    cfg, out, validation = config(tmp_path), tmp_path / "curve", first_turns(examples(), 2)
+    student = learning_curve.train(cfg, examples(), [3, 9], validation, out)
+    [sft] = commands
+    assert sft[sft.index("--snapshot_examples") + 1] == "[3]" and sft[sft.index("--train_sampling_strategy") + 1] == "sequential"
+    written = [json.loads(line)["id"] for line in (out / "train.jsonl").read_text().splitlines()]
+    assert sorted(written[:3]) == ["a#0", "a#1", "a#2"] and len(written) == 9  # the first point's examples come first
+    learning_curve.train(cfg, examples(), [3, 9], validation, out)
+    assert len(commands) == 1  # trained before: kept
+    with pytest.raises(ValueError, match="train_sha256"):  # the corpus grew: another run, never mixed
+        learning_curve.train(cfg, examples() + [{"dialogue_id": "d", "id": "d#0", "prompt": [], "completion": []}], [3, 10], validation, out)
     with pytest.raises(ValueError, match="sft_keys"):
-        point(other, examples(), 3, tmp_path, validation)
+        learning_curve.train(config(tmp_path, sft_keys={"num_train_epochs": 1}), examples(), [3, 9], validation, out)
     with pytest.raises(ValueError, match="eval_sha256"):
-        point(cfg, examples(), 3, tmp_path, first_turns(examples(), 9))
-    assert not (folder / "train.jsonl").exists()  # nothing written over the old point
+        learning_curve.train(cfg, examples(), [3, 9], first_turns(examples(), 9), out)
+
+    first = learning_curve.scoring_folder(cfg, student)
+    (tmp_path / "test_labelled.jsonl").write_text("a\nb\n")  # the test split grew
+    second = learning_curve.scoring_folder(cfg, student)
+    assert first != second and first.parent == second.parent == student
+    with pytest.raises(RuntimeError, match="stop before scoring"):
+        learning_curve.score_point(cfg, 9, examples(), student / "merged", {})
+    score = commands[-1]
+    assert score[1] == "score" and score[score.index("-o") + 1] == str(second)

@@ -132,3 +132,30 @@ def test_too_long_examples_can_be_refused(tmp_path, tiny_model, train_file):
     config = write_config(tmp_path / "sft.yaml", tiny_model, train_file, tmp_path / "out", max_length=50, too_long="fail")
     done = launch(config)
     assert done.returncode != 0 and "exceed max_length=50" in done.stderr
+
+
+def test_snapshots_are_saved_and_validated_once_the_first_n_examples_are_seen(tmp_path, tiny_model, train_file):
+    from fastvista.train.data import read_examples
+
+    rows = read_examples(train_file)
+    held_out = {e["dialogue_id"] for e in rows[-6:]}
+    train, evals = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+    write_jsonl(train, [e for e in rows if e["dialogue_id"] not in held_out])
+    write_jsonl(evals, [e for e in rows if e["dialogue_id"] in held_out])
+    out = tmp_path / "run"
+    config = write_config(tmp_path / "sft.yaml", tiny_model, train, out, eval_file=str(evals), max_steps=-1, num_train_epochs=1,
+                          eval_steps=100, save_steps=100, train_sampling_strategy="sequential", snapshot_examples=[6, 12])
+    done = launch(config)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((out / "training_record.json").read_text())
+    assert record["snapshots"] == ["turns_12", "turns_6"]
+    # batches of 4: the first 6 examples are all seen after step 2, the first 12 after step 3
+    assert [json.loads((out / "snapshots" / n / "snapshot.json").read_text())["step"] for n in ("turns_6", "turns_12")] == [2, 3]
+    assert {2, 3} <= {e["step"] for e in record["eval_loss"]}  # each snapshot was validated
+    assert (out / "snapshots" / "turns_6" / "format.json").exists()
+    from safetensors.torch import load_file
+
+    early, final = load_file(out / "snapshots" / "turns_6" / "adapter_model.safetensors"), load_file(out / "adapter_model.safetensors")
+    assert early.keys() == final.keys() and any(not (early[k] == final[k]).all() for k in early)  # taken mid-run
+    refused = launch(write_config(tmp_path / "bad.yaml", tiny_model, train, tmp_path / "bad", eval_file=str(evals), snapshot_examples=[6]))
+    assert refused.returncode != 0 and "train_sampling_strategy: sequential" in refused.stderr

@@ -88,3 +88,15 @@ def test_steady_throughput_leaves_out_the_first_step_and_what_falls_between_step
     assert steady_tokens_per_s(seconds, history[:1]) is None  # one logged step: nothing after the first
     resumed = {3: 1.0, 4: 2.0}  # a resumed run times (and counts tokens) from its restart only
     assert steady_tokens_per_s(resumed, [{"step": 3, "num_tokens": 400}, {"step": 4, "num_tokens": 800}]) == 400 / 2.0
+
+
+def test_snapshot_steps_fall_where_sequential_training_has_seen_the_first_n_kept_examples():
+    from fastvista.train.data import snapshot_steps
+
+    ids = [f"e{i}" for i in range(10)]
+    assert snapshot_steps(ids, set(), [4, 5, 10], batch=4) == {1: 4, 2: 5, 3: 10}
+    # e1 and e2 were too long: the first 5 examples are 3 kept ones, all in the first batch
+    assert snapshot_steps(ids, {"e1", "e2"}, [5, 8], batch=4) == {1: 5, 2: 8}
+    assert snapshot_steps(ids, {"e0"}, [1], batch=4) == {}  # nothing of the first one is trained on
+    with pytest.raises(ValueError, match="same step 2"):
+        snapshot_steps(ids, set(), [5, 6], batch=4)

@@ -87,3 +87,19 @@ def enforce_max_length(examples: list[dict], lengths: list[int], max_length: int
         raise ValueError(f"{len(too_long)} examples exceed max_length={max_length}: {shown}; raise max_length or set too_long=drop")
     kept = [e for e, n in zip(examples, lengths) if n <= max_length]
     return kept, report
+
+
+
+def snapshot_steps(ids: list[str], dropped: set[str], counts: list[int], batch: int) -> dict[int, int]:
+    """For each count n, the optimizer step after which sequential training (examples `ids` in
+    file order, those in `dropped` left out as too long) has seen every kept one of the first n:
+    {step: n}. A step that also holds the first examples after n is the first to see all n."""
+    steps = {}
+    for n in sorted(counts):
+        seen = sum(i not in dropped for i in ids[:n])
+        step = -(-seen // batch)
+        if seen and step in steps:
+            raise ValueError(f"snapshots after the first {steps[step]} and {n} examples fall in the same step {step}: leave more between them")
+        if seen:
+            steps[step] = n
+    return steps

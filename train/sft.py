@@ -32,6 +32,9 @@ class StudentArguments:
     merge: bool = field(default=False, metadata={"help": "Also save the base model merged with the adapter in OUTPUT/merged."})
     resume: bool = field(default=False, metadata={"help": "Resume from the last checkpoint in output_dir, if there is one."})
     parse_check: int = field(default=0, metadata={"help": "Greedy-decode this many validation prompts and report the share that parses."})
+    snapshot_examples: list[int] = field(default_factory=list, metadata={
+        "help": "Also save the adapter in OUTPUT/snapshots/turns_N, and validate, once training has seen the first N examples of "
+                "train_file (in file order: needs train_sampling_strategy sequential and an eval_file): a learning curve from one run."})
 
 
 def peak_memory_mb() -> float:
@@ -84,6 +87,36 @@ def step_timer():
     return StepTimer()
 
 
+def snapshot_saver(trainer, steps: dict[int, int], out: Path, fmt, tokenizer):
+    """A callback that saves the adapter (with tokenizer and format) at the given steps, each
+    built aside and renamed in, and has the trainer validate at those steps."""
+    import shutil
+
+    from transformers import TrainerCallback
+
+    from fastvista.contract import write_format
+
+    class SnapshotSaver(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            n = steps.get(state.global_step)
+            folder = out / "snapshots" / f"turns_{n}"
+            if n is None or folder.exists():
+                return
+            control.should_evaluate = True  # logged at this step in the record's eval_loss
+            if not trainer.accelerator.is_main_process:
+                return
+            partial = folder.with_name(folder.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            trainer.save_model(str(partial))
+            tokenizer.save_pretrained(str(partial))
+            write_format(partial, fmt)
+            seen = state.global_step * args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+            (partial / "snapshot.json").write_text(json.dumps({"first_examples": n, "step": state.global_step, "examples_through_step": seen}))
+            partial.rename(folder)
+
+    return SnapshotSaver()
+
+
 def main(student_args: StudentArguments, training_args, model_args) -> dict:
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -118,6 +151,16 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     )
     timer = step_timer()
     trainer.add_callback(timer)
+    if student_args.snapshot_examples:
+        if training_args.train_sampling_strategy != "sequential" or not student_args.eval_file:
+            raise ValueError("snapshot_examples needs train_sampling_strategy: sequential (the first N examples are those seen "
+                             "first) and an eval_file (train_file's order is kept only then)")
+        from fastvista.train.data import read_examples, snapshot_steps
+
+        batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
+        steps = snapshot_steps([e["id"] for e in read_examples(student_args.train_file)], set(length_reports["train"]["too_long_ids"]),
+                               student_args.snapshot_examples, batch)
+        trainer.add_callback(snapshot_saver(trainer, steps, Path(training_args.output_dir), fmt, tokenizer))
     checkpoint = get_last_checkpoint(training_args.output_dir) if student_args.resume and os.path.isdir(training_args.output_dir) else None
     if student_args.resume and checkpoint is None:
         trainer.accelerator.print(f"--resume: no checkpoint in {training_args.output_dir}, starting fresh")
@@ -149,6 +192,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
             "steady_tokens_per_s": steady_tokens_per_s(timer.seconds, history),
             "peak_memory_mb": round(peak_memory_mb(), 1),
             "resumed_from": checkpoint,
+            "snapshots": sorted(p.name for p in (out / "snapshots").glob("turns_*") if not p.name.endswith(".partial")),
             "config": {"student": asdict(student_args), "model": asdict(model_args), "training": training_args.to_dict()},
         }
         plot_losses(record, out / "loss.png")
