@@ -9,7 +9,8 @@ is part of each larger one. One run trains on the largest, in order (`train_samp
 sequential`), each point's examples shuffled among those it adds to the previous one; the adapter
 is saved, and validated, as soon as the run has seen a point's examples (`snapshot_examples` of
 train/sft.py). So a point's student is what a run on its examples alone would be after one
-pass, at the same learning rate (the curve's config keeps it constant after warm-up), and the
+pass (but for their order), at the same learning rate (the curve's config keeps it constant
+after a fixed number of warm-up steps), and the
 whole curve costs one training on the largest set: on a CPU, where training is the long pole.
 Each point's student is merged (float32), scores the test dialogues with `fastvista score` and is
 compared with the teacher (`fastvista eval agreement`).
