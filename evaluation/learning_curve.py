@@ -16,10 +16,11 @@ Each point's student is merged (float32), scores the test dialogues with `fastvi
 compared with the teacher (`fastvista eval agreement`).
 
 A trained run is kept when what it depends on is the same (its training and validation sets, the
-training configs: run.json); a run trained otherwise is refused, never mixed. A point's scores
-depend on the test files and the scoring config only and live in a folder named by their digest:
-when the corpus's test split grows, the same students score it again without training, and the
-earlier scores stay. The validation set is the first `eval_turns` turns of the validation split
+training configs: run.json); a run trained otherwise is refused, never mixed. (A corpus that grew
+has a larger train split: with `0`, "all of it", among the sizes, that is another run.) A point's
+scores depend on the test files and the scoring config only and live in a folder named by their
+digest: with fixed sizes the same students score a grown test split again without training, and
+the earlier scores stay. The validation set is the first `eval_turns` turns of the validation split
 (whole dialogues). Writes learning_curve.json, learning_curve.md and learning_curve.png.
 """
 
@@ -156,12 +157,13 @@ def train(cfg: LearningCurveConfig, examples: list[dict], sizes: list[int], vali
     what it depends on is unchanged, refused when it changed."""
     text, eval_text = _text(ordered(examples[: sizes[-1]], sizes)), _text(validation)
     wanted, recorded = {**manifest(cfg, text, eval_text), "sizes": sizes}, out / "run.json"
-    if recorded.exists() and json.loads(recorded.read_text()) != wanted:
+    train_file, eval_file, student = out / "train.jsonl", out / "validation.jsonl", out / "student"
+    trained = any(student.glob("checkpoint-*")) or any(student.glob("snapshots/turns_*")) or (student / "training_record.json").exists()
+    if recorded.exists() and json.loads(recorded.read_text()) != wanted and trained:
         changed = [k for k, v in json.loads(recorded.read_text()).items() if wanted.get(k) != v]
         raise ValueError(f"{out} was trained with another {', '.join(changed)} (the corpus grew or a config changed?): "
                          "use a new output folder")
-    train_file, eval_file, student = out / "train.jsonl", out / "validation.jsonl", out / "student"
-    if not recorded.exists():
+    if not recorded.exists() or not trained:  # a run that never trained a step may start again with other inputs
         out.mkdir(parents=True, exist_ok=True)
         for path, content in ((train_file, text), (eval_file, eval_text)):
             partial = path.with_suffix(".partial")
@@ -223,6 +225,8 @@ def parsed_share(summary: dict, failed: list[dict]) -> float | None:
 
 
 def main(cfg: LearningCurveConfig, out: Path) -> list[dict]:
+    if len(cfg.sizes) > 1 and not cfg.eval_file:
+        raise ValueError("eval_file: the snapshots of one run are validated on it (and it keeps the training file in order)")
     examples = read_examples(cfg.train_file)
     validation = first_turns(read_examples(cfg.eval_file), cfg.eval_turns) if cfg.eval_file else []
     sizes = sorted({len(first_turns(examples, n)) for n in cfg.sizes})

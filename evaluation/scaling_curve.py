@@ -1,6 +1,6 @@
-"""The speed scaling curve: the student's speedup over the strongest and the plain teacher (same
-weights, same engines) as knowledge grows and as dialogues grow, one `fastvista eval speed` run
-per point, and where the ratio crosses VeriFastScore's 6.6x.
+"""The speed scaling curve: the student's speedup over the teacher and the plain teacher (the same
+weights, the same engines) as knowledge grows and as dialogues grow, one `fastvista eval speed`
+run per point, and where the ratio crosses VeriFastScore's 6.6x.
 
     fastvista data scaling-set data/corpus/inputs.jsonl.gz -o runs/scaling/inputs --limit 20
     fastvista data convert topical_chat $DATA/topical_chat/conversations/test_rare.json --option assistant=both \\
@@ -8,13 +8,18 @@ per point, and where the ratio crosses VeriFastScore's 6.6x.
     fastvista eval scaling -c configs/eval/scaling_cpu.yaml -o runs/scaling --set speed.model=runs/student/NAME/merged
 
 Knowledge: the same dialogues with references of each length (`references`). Dialogues: the
-same long dialogues cut after their first N scored turns (`dialogue_turns`). Every point runs on
-the same engines, built once. A point whose speed.json was measured on the same model and
-dialogues is kept when the command runs again. Writes scaling.json, scaling.md and scaling.png.
+same long dialogues (each with at least the largest of `dialogue_turns` scored turns) cut after
+their first N scored turns. Every point runs on the same engines, built once; each row starts
+with an empty prefix cache. The speedup is over the fastest teacher row run (by default the
+shipped teacher, the strongest in docs/speed.md) and over the teacher without prefix caching.
+A point's run lives in a folder named by what it was measured on (settings, weights, inputs):
+kept when the command runs again, its missing rows added, and never mixed with another.
+Writes scaling.json, scaling.md and scaling.png.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +28,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.config import DataSelection
-from fastvista.evaluation.speed import SpeedConfig, run_settings
+from fastvista.evaluation.speed import ROWS, SpeedConfig, run_settings
 
 VERIFASTSCORE_SPEEDUP = 6.6  # VeriFastScore's reported speedup over its pipeline (arXiv 2505.16973)
 PLAIN = "teacher, no prefix cache"
@@ -41,8 +46,22 @@ class ScalingConfig(BaseModel):
     rows: list[str] = Field(default_factory=lambda: ["teacher", PLAIN, "student"])
 
     @model_validator(mode="after")
-    def _speed_settings_read(self) -> "ScalingConfig":
-        SpeedConfig.model_validate({**self.speed, "data": {"input": "each point's"}, "only": self.rows})  # a typo fails here, not hours in
+    def _checked_before_hours_of_work(self) -> "ScalingConfig":
+        given = {"data", "only", "teacher_model"} & set(self.speed)
+        if given:
+            raise ValueError(f"speed.{sorted(given)[0]}: set by each point (data, only), or not for this curve (teacher_model: "
+                             "the curve compares teacher and student on the same weights)")
+        unknown = [r for r in self.rows if r not in ROWS]
+        if unknown:
+            raise ValueError(f"rows: no row named {unknown[0]!r}; the rows: {', '.join(ROWS)}")
+        if "student" not in self.rows or not any(r.startswith("teacher") and r != PLAIN for r in self.rows):
+            raise ValueError("rows: the curve needs the student row and a teacher row with prefix caching")
+        if any(n < 1 for n in self.dialogue_turns):
+            raise ValueError("dialogue_turns: each at least 1")
+        missing = [p for p in [*self.references.values(), *([self.dialogues] if self.dialogues else [])] if not Path(p).exists()]
+        if missing:
+            raise ValueError(f"{missing[0]}: no such file (build the inputs first: see `fastvista eval scaling --help`)")
+        SpeedConfig.model_validate({**self.speed, "data": {"input": "each point's"}})
         return self
 
 
@@ -50,7 +69,8 @@ def points(args: ScalingConfig) -> list[tuple[str, int, DataSelection]]:
     """(axis, x, dialogues) of every point of both curves."""
     found = [("reference tokens", n, DataSelection(input=path)) for n, path in sorted(args.references.items())]
     if args.dialogues:
-        found += [("scored turns", n, DataSelection(input=args.dialogues, min_scored_turns=n, max_scored_turns=n))
+        longest = max(args.dialogue_turns)
+        found += [("scored turns", n, DataSelection(input=args.dialogues, min_scored_turns=longest, max_scored_turns=n))
                   for n in sorted(args.dialogue_turns)]
     if not found:
         raise ValueError("nothing to measure: give references (tokens -> file) and/or dialogues")
@@ -60,56 +80,70 @@ def points(args: ScalingConfig) -> list[tuple[str, int, DataSelection]]:
 def summary(speed: dict) -> dict:
     """What the curve plots from one speed run."""
     rows = speed["configurations"]
-    return {"speedup_over_strongest": speed["speedup"], "speedup_over_plain": speed.get("speedup_over_plain_teacher"),
-            "strongest_teacher": speed["strongest_teacher_name"], "turns": rows["student"]["turns"],
+    return {"speedup_over_teacher": speed["speedup"], "speedup_over_plain": speed.get("speedup_over_plain_teacher"),
+            "teacher_row": speed["strongest_teacher_name"], "turns": rows["student"]["turns"],
             **{f"{name} turns/s": r["turns_per_second"] for name, r in rows.items()},
             **{f"{name} prompt tok/turn": r["prompt_tokens_per_turn"] for name, r in rows.items()}}
 
 
-def crossing(xs: list[float], ys: list[float | None], level: float = VERIFASTSCORE_SPEEDUP) -> float | None:
-    """The first x at which the curve reaches `level` (linear between points), None if it never does."""
+def crossing(xs: list[float], ys: list[float | None], level: float = VERIFASTSCORE_SPEEDUP) -> dict:
+    """Where the curve first crosses `level` (linear between points) and which way, or that it
+    stays on one side over the whole range."""
     pairs = [(x, y) for x, y in zip(xs, ys) if y is not None]
-    for (x0, y0), (x1, y1) in zip([(None, None), *pairs], pairs):
-        if y1 >= level:
-            return x1 if x0 is None or y0 >= level else round(x0 + (level - y0) * (x1 - x0) / (y1 - y0), 1)
-    return None
+    if not pairs:
+        return {"at": None, "note": "not measured"}
+    for (x0, y0), (x1, y1) in zip(pairs, pairs[1:]):
+        if (y0 < level) != (y1 < level):
+            return {"at": round(x0 + (level - y0) * (x1 - x0) / (y1 - y0), 1), "direction": "rises above" if y1 >= level else "falls below"}
+    return {"at": None, "note": "above at every point" if pairs[0][1] >= level else "below at every point"}
+
+
+def point_folder(out: Path, axis: str, x: int, settings: dict) -> Path:
+    """A point's run, in a folder named by everything it is measured on."""
+    digest = hashlib.sha256(json.dumps(run_settings(SpeedConfig.model_validate(settings)), sort_keys=True).encode()).hexdigest()[:12]
+    return out / ("reference" if axis == "reference tokens" else "turns") / f"{x}_{digest}"
 
 
 def curve(args: ScalingConfig, out: Path, measure: Callable[[dict, Path], dict]) -> dict:
-    """Each point measured by `measure(speed settings, folder)` unless its folder already holds
-    the same model's run on the same dialogues; the curves and their 6.6x crossings."""
+    """Each point measured by `measure(speed settings, folder)`, only its rows not measured yet;
+    the curves and their 6.6x crossings."""
     result: dict = {"model": args.speed.get("model"), "rows": args.rows, "points": {}, "crossings": {}}
     for axis, x, data in points(args):
-        folder = out / ("reference" if axis == "reference tokens" else "turns") / str(x)
-        settings = {**args.speed, "data": data.model_dump(), "only": args.rows, "skip_plain": PLAIN not in args.rows}
+        settings = {**args.speed, "data": data.model_dump(), "skip_plain": PLAIN not in args.rows}
+        folder = point_folder(out, axis, x, settings)
         previous = folder / "speed.json"
-        speed = json.loads(previous.read_text()) if previous.exists() else None
-        if not speed or speed.get("settings") != run_settings(SpeedConfig.model_validate(settings)) or not set(args.rows) <= set(speed["configurations"]):
-            speed = measure(settings, folder)
-        result["points"].setdefault(axis, []).append({"x": x, **summary(speed)})
+        speed = json.loads(previous.read_text()) if previous.exists() else {"configurations": {}}
+        missing = [r for r in args.rows if r not in speed["configurations"]]
+        if missing:
+            speed = measure({**settings, "only": missing}, folder)
+        result["points"].setdefault(axis, []).append({"x": x, "run": str(folder), **summary(speed)})
         (out / "scaling.json").write_text(json.dumps(result, indent=2))
     for axis, rows in result["points"].items():
         xs = [r["x"] for r in rows]
-        result["crossings"][axis] = {k: crossing(xs, [r[k] for r in rows]) for k in ("speedup_over_strongest", "speedup_over_plain")}
+        result["crossings"][axis] = {k: crossing(xs, [r[k] for r in rows]) for k in ("speedup_over_teacher", "speedup_over_plain")}
     (out / "scaling.json").write_text(json.dumps(result, indent=2))
     (out / "scaling.md").write_text(table(result))
     plot(result, out / "scaling.png")
     return result
 
 
+def _said(c: dict) -> str:
+    return f"{c['direction']} it at {c['at']}" if c.get("at") is not None else c["note"]
+
+
 def table(result: dict) -> str:
     lines = []
     for axis, rows in result["points"].items():
         lines += [f"\n### Speedup as {axis} grow ({result['model']})\n",
-                  f"| {axis} | turns | student turns/s | teacher turns/s | plain teacher turns/s | vs strongest | vs plain |",
+                  f"| {axis} | turns | student turns/s | teacher turns/s | plain teacher turns/s | vs teacher | vs plain teacher |",
                   "|---|---|---|---|---|---|---|"]
         for r in rows:
-            lines.append(f"| {r['x']} | {r['turns']} | {r.get('student turns/s')} | {r.get('teacher turns/s')} | {r.get(PLAIN + ' turns/s', '-')} | "
-                         f"{r['speedup_over_strongest']}x | {r['speedup_over_plain'] or '-'}x |")
+            plain = f"{r['speedup_over_plain']}x" if r["speedup_over_plain"] is not None else "-"
+            lines.append(f"| {r['x']} | {r['turns']} | {r.get('student turns/s')} | {r.get(r['teacher_row'] + ' turns/s')} | "
+                         f"{r.get(PLAIN + ' turns/s', '-')} | {r['speedup_over_teacher']}x | {plain} |")
         cross = result["crossings"].get(axis, {})
-        lines.append(f"\n{VERIFASTSCORE_SPEEDUP}x reached at {axis}: over the strongest teacher "
-                     f"{cross.get('speedup_over_strongest') or 'not within the range'}, over the plain teacher "
-                     f"{cross.get('speedup_over_plain') or 'not within the range'}.")
+        lines.append(f"\n{VERIFASTSCORE_SPEEDUP}x, as {axis} grow: over the teacher, {_said(cross['speedup_over_teacher'])}; "
+                     f"over the plain teacher, {_said(cross['speedup_over_plain'])}.")
     return "\n".join(lines).strip() + "\n"
 
 
@@ -123,7 +157,7 @@ def plot(result: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(axes_data), figsize=(5.5 * len(axes_data), 4), squeeze=False)
     for ax, (axis, rows) in zip(axes[0], axes_data):
         xs = [r["x"] for r in rows]
-        ax.plot(xs, [r["speedup_over_strongest"] for r in rows], "o-", label="vs strongest teacher")
+        ax.plot(xs, [r["speedup_over_teacher"] for r in rows], "o-", label="vs teacher (prefix cache)")
         if any(r["speedup_over_plain"] for r in rows):
             ax.plot(xs, [r["speedup_over_plain"] for r in rows], "s--", label="vs plain teacher (no prefix cache)")
         ax.axhline(VERIFASTSCORE_SPEEDUP, color="grey", linestyle=":", label=f"VeriFastScore {VERIFASTSCORE_SPEEDUP}x")

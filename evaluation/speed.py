@@ -28,8 +28,9 @@ The teacher runs on the student's weights (same architecture, same engine), whic
 method; with `teacher_model` the teacher rows run on that model instead (the shipped teacher's
 own weights: what a user deploying one or the other gets). Each student's recorded format must
 match the settings it is scored with. `--only` reruns some rows and keeps
-the others from OUT/speed.json, only when that was measured on the same model and dialogues.
-Prints a markdown table and writes speed.json and speed.md.
+the others from OUT/speed.json, only when those were measured on the same settings, weights and dialogues.
+Every row starts with its engine's prefix cache emptied: no row is served by what an earlier one
+cached. Prints a markdown table and writes speed.json and speed.md.
 """
 
 from __future__ import annotations
@@ -53,15 +54,24 @@ from fastvista.models import resolve_model
 from fastvista.scoring import scored_dialogue
 from fastvista.single_pass import student_messages
 from fastvista.window_pass import render_window_target, window_messages, windows
-from fastvista.infer.serve import running, serve_command
+from fastvista.infer.serve import reset_prefix_cache, running, serve_command
 from fastvista.infer.run import check_student_format
 from fastvista.infer.student import StudentConfig, score_dialogue
 from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 
 
-def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "waves") -> dict:
+def forget_prefixes(backend, server: str | None = None) -> None:
+    """Each row starts as on a fresh engine: nothing an earlier row cached serves it."""
+    if server:
+        reset_prefix_cache(server)
+    elif hasattr(backend, "reset_prefix_cache"):
+        backend.reset_prefix_cache()
+
+
+def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "waves", server: str | None = None) -> dict:
     path = out / f"{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.jsonl"
     path.unlink(missing_ok=True)
+    forget_prefixes(backend, server)
     before = backend.speculation() if hasattr(backend, "speculation") else None
     start = time.perf_counter()
     stats = run(dialogues, machine, lambda: backend, path, total=len(dialogues), progress=True, desc=name, schedule=schedule)
@@ -183,8 +193,16 @@ ROWS = ("teacher", "teacher (text labels)", "student", "prefill alone (the stude
 
 
 def run_settings(args: SpeedConfig) -> dict:
-    """What a speed.json's rows were measured on: rows measured on other settings never mix."""
-    return {"model": args.model, "data": args.data.model_dump(), **({"teacher_model": args.teacher_model} if args.teacher_model else {})}
+    """What a speed.json's rows were measured on: the settings, the teacher's, and the contents of
+    the input and of every model's weights. Rows measured otherwise never mix, and a student
+    rebuilt at the same path is measured again."""
+    from fastvista.fingerprint import content_sha256, model_sha256
+
+    models = {"model": args.model, "teacher_model": args.teacher_model, "window_model": args.window_model}
+    return {**args.model_dump(exclude={"only", "served", "port", "concurrency", "skip_plain", "data"}), "data": args.data.model_dump(),
+            "teacher": load_config(args.teacher_config, []).get("teacher", {}),
+            "input_sha256": content_sha256(args.data.input) if Path(args.data.input).exists() else None,
+            "weights_sha256": {k: model_sha256(m) for k, m in models.items() if m}}
 
 
 def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
@@ -210,7 +228,7 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
     if args.only and previous.exists():
         before = json.loads(previous.read_text())
         if before.get("settings") != run_settings(args):
-            raise ValueError(f"{previous} was measured on another model or other dialogues: write to another folder, "
+            raise ValueError(f"{previous} was measured on other settings, weights or dialogues: write to another folder, "
                              "or run every row again (without --only)")
         configs = before["configurations"]
     engines = {} if engines is None else engines
@@ -264,12 +282,12 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
         url = f"http://127.0.0.1:{args.port}/v1"
         cmd = serve_command(resolve_model(args.model), {}, port=args.port, max_model_len=args.max_model_len, dtype=args.dtype,
                             kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30))  # the in-process rows' settings
-        with running(cmd, url, out / "server.log"):
+        with running(cmd, url, out / "server.log", benchmark=True):
             backend = make_backend(BackendConfig(kind="openai", model=resolve_model(args.model), base_url=url,
                                                  concurrency=args.concurrency, timeout=600))
             for name, machine, schedule in served_rows:
                 if wanted(name):
-                    configs[name] = measure(name, dialogues, machine, backend, out, schedule)
+                    configs[name] = measure(name, dialogues, machine, backend, out, schedule, server=url)
     teachers = {k: v for k, v in configs.items() if k.startswith("teacher") and "no prefix" not in k}
     students = {k: v for k, v in configs.items() if k.startswith("student")}
     if not teachers or not students:

@@ -121,25 +121,40 @@ def eval_injection(
 def eval_cross_turn(
     scored: List[str] = typer.Argument(..., help="A scorer's results on the probe of `fastvista data cross-turn-probe`; "
                                        "several as NAME=RESULTS for a table of scorers side by side."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it "
+                                       "(with several scorers: a report per name here, the table printed)."),
 ):
     """Per probe type, how often the scorer flags the probe turn, and the labels it gives. With
-    several scorers (NAME=RESULTS ...), a report per name and a table side by side."""
+    several scorers (NAME=RESULTS ...), a table side by side."""
     from fastvista.evaluation.cross_turn import cross_turn_report, cross_turn_table
     from fastvista.scheduler import read_failed
 
     reports = {}
     for item in scored:
-        name, sep, path = item.rpartition("=")
-        name, path = (name, Path(path)) if sep else (item, Path(item))
+        name, sep, path = item.partition("=")
+        name, path = (name, Path(path)) if sep and not Path(item).exists() else (item, Path(item))
+        if name in reports:
+            fail(f"{name} is given twice: name each scorer's results once (NAME=RESULTS)")
         reports[name] = cross_turn_report(read_scored(path), read_failed(path.parent))
         if not reports[name]:
             fail(f"{path} holds no cross-turn probe dialogue (made by `fastvista data cross-turn-probe`)")
     if len(reports) == 1:
         write_report(next(iter(reports.values())), out)
         return
-    write_report(reports, out)
+    if out:
+        write_report(reports, out)
     typer.echo(cross_turn_table(reports))
+
+
+def run_configured(config_class, main, config: Path, overrides: list[str], out: Path) -> None:
+    """A stage run from a YAML config with its --set overrides: a bad config or a failed run is
+    one clear error."""
+    from fastvista.config import load_config
+
+    try:
+        main(config_class.model_validate(load_config(str(config), overrides)), out)
+    except RUN_ERRORS as e:
+        fail(str(e))
 
 
 def fail(message: str) -> None:
@@ -497,13 +512,9 @@ def eval_live_latency(
 ):
     """Live latency: p50 and p95 seconds to score one new turn through the live API on a served
     engine, student and teacher, with 1 and 8 conversations at once."""
-    from fastvista.config import load_config
     from fastvista.evaluation.live_latency import LiveLatencyConfig, main
 
-    try:
-        main(LiveLatencyConfig.model_validate(load_config(str(config), set_)), out)
-    except RUN_ERRORS as e:
-        fail(str(e))
+    run_configured(LiveLatencyConfig, main, config, set_, out)
 
 
 @eval_app.command("scaling")
@@ -512,16 +523,12 @@ def eval_scaling(
     out: Path = typer.Option(..., "--out", "-o", help="Output folder: one speed run per point, scaling.json, scaling.md, scaling.png."),
     set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set speed.model=runs/student/x/merged."),
 ):
-    """The speed scaling curve: the student's speedup over the strongest and the plain teacher as
+    """The speed scaling curve: the student's speedup over the teacher and the plain teacher as
     references grow (~100 to ~4,000 tokens) and as dialogues grow (5 to 20 scored turns), and
     where it crosses VeriFastScore's 6.6x. A finished point is kept when the command runs again."""
-    from fastvista.config import load_config
     from fastvista.evaluation.scaling_curve import ScalingConfig, main
 
-    try:
-        main(ScalingConfig.model_validate(load_config(str(config), set_)), out)
-    except RUN_ERRORS as e:
-        fail(str(e))
+    run_configured(ScalingConfig, main, config, set_, out)
 
 
 @eval_app.command("train-speed")
@@ -532,13 +539,9 @@ def eval_train_speed(
 ):
     """Training throughput side by side: the same student training in several settings (fp32 or
     bf16, padded or packed, history windows), a few steps each; tokens/s and peak memory."""
-    from fastvista.config import load_config
     from fastvista.train.throughput import TrainSpeedConfig, main
 
-    try:
-        main(TrainSpeedConfig.model_validate(load_config(str(config), set_)), out)
-    except RUN_ERRORS as e:
-        fail(str(e))
+    run_configured(TrainSpeedConfig, main, config, set_, out)
 
 
 @eval_app.command("learning-curve")
@@ -546,18 +549,15 @@ def eval_learning_curve(
     config: Path = typer.Option(Path("configs/eval/learning_curve_cpu.yaml"), "--config", "-c",
                                 help="YAML: sft and score configs, the corpus split's files, the sizes."),
     out: Path = typer.Option(Path("runs/learning_curve"), "--out", "-o",
-                             help="Output folder: turns_N/ per point, learning_curve.json, .md and .png."),
+                             help="Output folder: the run (student/, its snapshots per point), learning_curve.json, .md and .png."),
     set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set sizes=[250,750]."),
 ):
     """The student's agreement with the teacher on the test turns against the number of training
-    turns: trains, scores and compares one student per size; finished points are kept."""
-    from fastvista.config import load_config
+    turns: one training run with a snapshot per size, each scored and compared; a killed run
+    resumes and a finished one is kept."""
     from fastvista.evaluation.learning_curve import LearningCurveConfig, main
 
-    try:
-        main(LearningCurveConfig.model_validate(load_config(str(config), set_)), out)
-    except RUN_ERRORS as e:
-        fail(str(e))
+    run_configured(LearningCurveConfig, main, config, set_, out)
 
 
 @eval_app.command("ablation")
@@ -569,13 +569,9 @@ def eval_ablation(
 ):
     """The teacher's ablation table (full, no history, no accumulation, zero-shot, both off) on
     every data set of the config, one engine for all; resumable."""
-    from fastvista.config import load_config
     from fastvista.evaluation.ablation import AblationConfig, main
 
-    try:
-        main(AblationConfig.model_validate(load_config(str(config), set_)), out)
-    except RUN_ERRORS as e:
-        fail(str(e))
+    run_configured(AblationConfig, main, config, set_, out)
 
 
 @eval_app.command("engine-start")

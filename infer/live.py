@@ -24,13 +24,12 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.llm import Backend
-from fastvista.memory import turn_result
-from fastvista.protocol import drive, usage_of
+from fastvista.protocol import drive
 from fastvista.schema import TurnResult
 from fastvista.single_pass import render_messages, render_user_message
 from fastvista.text import recent
 from fastvista.infer.student import StudentConfig, score_turn
-from fastvista.synth.pipeline import TeacherConfig, label_turn
+from fastvista.synth.pipeline import TeacherConfig, teacher_turn
 
 
 class DialogueState(BaseModel):
@@ -67,12 +66,10 @@ class LiveTeacher:
     def __init__(self, backend: Backend, config: Optional[TeacherConfig] = None):
         self.backend = backend
         self.config = config or TeacherConfig()
+        if self.config.gold_claims:
+            raise ValueError("live scoring decomposes each turn itself: gold_claims is for human-labelled benchmarks")
 
     def score(self, state: DialogueState, text: str, reference: str | None = None) -> tuple[TurnResult, DialogueState]:
         """Score `text` as the next assistant turn, as `fastvista synth` scores a dialogue's turn."""
-        cfg = self.config
-        claims, errors, completions = drive(label_turn(recent(state.history, cfg.history_turns), text, reference, state.store, cfg), self.backend)
-        result, store = turn_result(len(state.history), claims, state.store, cfg.max_store_claims, usage_of(completions), errors)
-        if not cfg.accumulate:
-            result, store = result.model_copy(update={"store_added": [], "store_evicted": 0}), state.store
+        result, store = drive(teacher_turn(len(state.history), list(state.history), text, reference, state.store, self.config), self.backend)
         return result, DialogueState(store=store, history=[*state.history, ("assistant", text)])

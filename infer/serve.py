@@ -86,10 +86,14 @@ def cpu_kv_bytes(model_path: str, kv_cache_bytes: int | None) -> int | None:
     return cpu_memory_plan(kv_cache_bytes, model_path, psutil.virtual_memory().available, setting="--kv-cache-bytes")
 
 
-def server_env(allow_runtime_lora: bool = False, api_key: str | None = None) -> dict:
+def server_env(allow_runtime_lora: bool = False, api_key: str | None = None, benchmark: bool = False) -> dict:
+    """The server's environment; `benchmark` adds vLLM's development routes (a benchmark's own
+    server on this machine resets its prefix cache between measurements), never for serving."""
     env = dict(os.environ)
-    env.pop("VLLM_ALLOW_RUNTIME_LORA_UPDATING", None)
-    env.pop("VLLM_API_KEY", None)
+    for name in ("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_API_KEY", "VLLM_SERVER_DEV_MODE"):
+        env.pop(name, None)
+    if benchmark:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
     env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # compute on every core of a CPU machine
     if allow_runtime_lora:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
@@ -132,15 +136,24 @@ def wait_healthy(base_url: str, process: subprocess.Popen, timeout: float, log: 
     raise TimeoutError(f"vllm serve did not answer {health} within {timeout:.0f}s")
 
 
-def start(cmd: list[str], log: Path, allow_runtime_lora: bool = False, api_key: str | None = None) -> subprocess.Popen:
+def reset_prefix_cache(base_url: str) -> None:
+    """Empty the prefix cache of a server started with `benchmark`: nothing cached from an
+    earlier measurement serves the next one."""
+    request = urllib.request.Request(base_url.rstrip("/").removesuffix("/v1") + "/reset_prefix_cache", method="POST")
+    with urllib.request.urlopen(request, timeout=30) as r:
+        if not json.loads(r.read()).get("success"):
+            raise RuntimeError(f"{base_url}: the server did not reset its prefix cache (requests still running?)")
+
+
+def start(cmd: list[str], log: Path, allow_runtime_lora: bool = False, api_key: str | None = None, benchmark: bool = False) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=server_env(allow_runtime_lora, api_key))
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=server_env(allow_runtime_lora, api_key, benchmark))
 
 
 @contextmanager
 def running(cmd: list[str], base_url: str, log: Path, timeout: float = 600, allow_runtime_lora: bool = False,
-            served: list[str] | None = None, api_key: str | None = None):
+            served: list[str] | None = None, api_key: str | None = None, benchmark: bool = False):
     """Start the server, wait until it is healthy and lists every name in `served`, yield its
     process; stop it on the way out (killed if it has not exited a minute after SIGTERM)."""
     from fastvista.reaper import refuse_leftover_engines, watch_children
@@ -149,7 +162,7 @@ def running(cmd: list[str], base_url: str, log: Path, timeout: float = 600, allo
         raise RuntimeError(f"{base_url} already answers: another server holds the port; stop it or choose another --port")
     refuse_leftover_engines()
     watch_children()
-    process = start(cmd, log, allow_runtime_lora, api_key)
+    process = start(cmd, log, allow_runtime_lora, api_key, benchmark)
     try:
         wait_healthy(base_url, process, timeout, log)
         missing = sorted(set(served or []) - served_models(base_url, api_key))

@@ -228,24 +228,32 @@ def label_turn(
     return claims, errors, completions
 
 
+def teacher_turn(
+    index: int, history: list[tuple[str, str]], text: str, reference: str | None, store: list[str], cfg: TeacherConfig,
+    gold_claims: list[str] | None = None,
+) -> Generator[list[ChatRequest], list[Completion], tuple[TurnResult, list[str]]]:
+    """Turn `index` labelled and remembered as the teacher does in a dialogue (batch or live):
+    its result and the store after it (unchanged without accumulation)."""
+    claims, errors, completions = yield from label_turn(recent(history, cfg.history_turns), text, reference, store, cfg, gold_claims)
+    result, after = turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions), errors)
+    if not cfg.accumulate:
+        return result.model_copy(update={"store_added": [], "store_evicted": 0}), list(store)
+    return result, after
+
+
 def label_dialogue(dialogue: Dialogue, cfg: TeacherConfig) -> Generator[list[ChatRequest], list[Completion], ScoredDialogue]:
     """Label every scored turn of one dialogue, threading the knowledge store through them."""
     store = initial_store(dialogue.knowledge_init, cfg.max_store_claims)
     results: list[TurnResult] = []
     for index in dialogue.scored_indices():
         turn = dialogue.turns[index]
-        history = recent([(t.role, t.text) for t in dialogue.turns[:index]], cfg.history_turns)
         gold = [c.text for c in turn.gold.claims] if cfg.gold_claims and turn.gold and turn.gold.claims is not None else None
         if cfg.gold_claims and gold is None:
             raise ValueError(f"{dialogue.id} turn {index}: gold_claims is set but the turn has no human claims")
         try:
-            claims, errors, completions = yield from label_turn(history, turn.text, turn.reference, store, cfg, gold)
+            result, store = yield from teacher_turn(index, [(t.role, t.text) for t in dialogue.turns[:index]], turn.text,
+                                                    turn.reference, store, cfg, gold)
         except ScoringFailed as e:
             raise ScoringFailed(f"turn {index}: {e}") from e
-        result, after = turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions), errors)
-        if cfg.accumulate:
-            store = after
-        else:
-            result = result.model_copy(update={"store_added": [], "store_evicted": 0})
         results.append(result)
     return scored_dialogue(dialogue, results)

@@ -64,13 +64,15 @@ def test_a_trained_run_is_kept_a_changed_one_refused_and_a_grown_test_split_scor
         commands.append(cmd)
         if "train/sft.py" in cmd:  # stands in for the training run
             student = Path(cmd[cmd.index("--output_dir") + 1])
-            student.mkdir(parents=True)
+            student.mkdir(parents=True, exist_ok=True)
             (student / "training_record.json").write_text("{}")
             return
         raise RuntimeError("stop before scoring")
 
     monkeypatch.setattr(learning_curve, "_run", run)
     cfg, out, validation = config(tmp_path), tmp_path / "curve", first_turns(examples(), 2)
+    (out / "student").mkdir(parents=True)
+    (out / "run.json").write_text("{}")  # a run that crashed before its first step: it may start again
     student = learning_curve.train(cfg, examples(), [3, 9], validation, out)
     [sft] = commands
     assert sft[sft.index("--snapshot_examples") + 1] == "[3]" and sft[sft.index("--train_sampling_strategy") + 1] == "sequential"

@@ -30,6 +30,8 @@ def test_live_teacher_scores_each_turn_as_the_batch_teacher_does(accumulate):
 class Recorder:
     """A live scorer that records the state it is given; fails on a turn whose text says FAIL."""
 
+    config = TeacherConfig()  # its store bound
+
     def __init__(self, barrier: threading.Barrier | None = None):
         self.seen, self.barrier = [], barrier
 
@@ -56,15 +58,21 @@ def test_replay_times_every_scored_turn_with_the_history_a_guard_keeps():
     assert state.store == ["Paris is in France."]
 
 
-def test_a_failed_turn_ends_its_session_and_is_reported_not_timed():
+def test_a_failed_turn_ends_its_session_which_is_reported_and_none_of_it_timed():
     d = museum_dialogue()
     d.turns[3].text = "FAIL here."
-    run = replay(Recorder(), d)
-    assert len(run["seconds"]) == 1  # only the turn before the failure
+    scorer = Recorder()
+    run = replay(scorer, d)
+    assert len(scorer.seen) == 2 and run["seconds"] == []  # the turn before the failure was scored, not timed
     assert run["failed"] == "turn 3: ScoringFailed: backend: APIConnectionError"
     result = level(Recorder(), [d, museum_dialogue(1)], sessions=2)
-    assert result["timed_turns"] == 1 + 3
+    assert result["timed_turns"] == 3
     assert result["failed_sessions"] == [{"dialogue": "d0", "reason": run["failed"]}]
+
+
+def test_the_live_teacher_refuses_settings_it_cannot_use():
+    with pytest.raises(ValueError, match="gold_claims"):
+        LiveTeacher(ScriptedBackend(), TeacherConfig(gold_claims=True))
 
 
 def test_sessions_run_at_once_and_every_level_scores_every_dialogue():
@@ -75,8 +83,18 @@ def test_sessions_run_at_once_and_every_level_scores_every_dialogue():
 
 
 def test_bad_settings_are_refused_before_any_server_starts(tmp_path):
-    data = {"input": str(tmp_path / "none.jsonl")}
+    from fastvista.records_io import write_jsonl
+
+    write_jsonl(tmp_path / "two.jsonl", [museum_dialogue(0), museum_dialogue(1)])
+    data = {"input": str(tmp_path / "two.jsonl")}
     with pytest.raises(ValueError, match="sessions"):
         main(LiveLatencyConfig(student_model="x", data=data, sessions=[0]), tmp_path / "out")
+    with pytest.raises(ValueError, match="8 at once need as many dialogues"):
+        main(LiveLatencyConfig(student_model="x", data=data, sessions=[1, 8]), tmp_path / "out")
+    (tmp_path / "teacher.yaml").write_text("teacher: {few_shot: 2}\n")
+    with pytest.raises(ValueError, match="backend.model is missing"):
+        main(LiveLatencyConfig(student_model="x", data=data, sessions=[2], scorers=["teacher"], teacher_config=str(tmp_path / "teacher.yaml")),
+             tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # refused before anything was written
     with pytest.raises(ValueError):
         LiveLatencyConfig(student_model="x", data=data, scorers=["judge"])

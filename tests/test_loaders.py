@@ -223,8 +223,11 @@ def test_q2_and_ais_bad_bytes_and_bad_rows_are_skipped_with_their_lines(tmp_path
 def test_topical_chat_both_agents_scores_every_turn_against_its_own_reading_set():
     path = FIX / "topical_chat/conversations/valid_freq.json"
     [agent_1], [agent_2], [both] = (load("topical_chat", path, assistant=a) for a in ("agent_1", "agent_2", "both"))
-    assert [t.role for t in both.turns] == ["assistant"] * 8
+    assert [t.role for t in both.turns] == ["assistant"] * 8 and both.id == agent_2.id + "#both"
+    assert [t.meta["agent"] for t in both.turns[:2]] == ["agent_1", "agent_2"]
     assert both.scored_indices() == sorted(agent_1.scored_indices() + agent_2.scored_indices())
     for t, t_1, t_2 in zip(both.turns, agent_1.turns, agent_2.turns):
         own = t_1 if t_1.role == "assistant" else t_2  # each turn keeps its own agent's reference
         assert (t.reference, t.score) == (own.reference, own.score)
+    with pytest.raises(ValueError, match="agent_1, agent_2 or both"):
+        list(load("topical_chat", path, assistant="agent_3"))

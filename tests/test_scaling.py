@@ -1,6 +1,7 @@
 """The scaling curve: its inputs (references cut or grown to a target length from other passages) and the curve over speed runs."""
 
 import json
+from pathlib import Path
 
 from fastvista.evaluation.scaling import long_reference, scaling_sets
 from fastvista.schema import Dialogue, Turn
@@ -46,11 +47,11 @@ def fake_speed(speedups: dict):
     calls = []
 
     def measure(settings: dict, folder):
-        calls.append(settings["data"])
-        x = settings["data"]["max_scored_turns"] or int(settings["data"]["input"].split("_")[-1].split(".")[0])
+        calls.append(settings)
+        data = settings["data"]
+        x = data["max_scored_turns"] or int(Path(data["input"]).stem.split("_")[-1])
         rows = {"teacher": 1.0, "teacher, no prefix cache": 0.5, "student": speedups[x]}
-        speed = {"settings": {"model": settings["model"], "data": settings["data"]}, "speedup": speedups[x],
-                 "speedup_over_plain_teacher": speedups[x] * 2, "strongest_teacher_name": "teacher",
+        speed = {"speedup": speedups[x], "speedup_over_plain_teacher": speedups[x] * 2, "strongest_teacher_name": "teacher",
                  "configurations": {k: {"turns_per_second": v, "turns": 10, "prompt_tokens_per_turn": 100.0} for k, v in rows.items()}}
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "speed.json").write_text(json.dumps(speed))
@@ -62,19 +63,51 @@ def fake_speed(speedups: dict):
 def test_scaling_curve_finds_where_the_speedup_crosses_6_6x_and_keeps_finished_points(tmp_path):
     from fastvista.evaluation.scaling_curve import ScalingConfig, curve
 
-    cfg = ScalingConfig(speed={"model": "student"}, references={100: "ref_100.jsonl", 1000: "ref_1000.jsonl", 4000: "ref_4000.jsonl"},
-                        dialogues="long.jsonl", dialogue_turns=[5, 20])
-    measure, calls = fake_speed({100: 1.5, 1000: 4.0, 4000: 9.2, 5: 1.4, 20: 2.0})
-    result = curve(cfg, tmp_path, measure)
-    assert len(calls) == 5 and calls[-1] == {**calls[-1], "input": "long.jsonl", "min_scored_turns": 20, "max_scored_turns": 20}
+    files = {n: tmp_path / f"ref_{n}.jsonl" for n in (100, 1000, 4000)}
+    for f in [*files.values(), tmp_path / "long.jsonl"]:
+        f.write_text("")
+    cfg = ScalingConfig(speed={"model": "student"}, references={n: str(f) for n, f in files.items()},
+                        dialogues=str(tmp_path / "long.jsonl"), dialogue_turns=[5, 20])
+    speedups = {100: 1.5, 1000: 4.0, 4000: 9.2, 5: 1.4, 20: 2.0}
+    measure, calls = fake_speed(speedups)
+    result = curve(cfg, tmp_path / "out", measure)
+    assert len(calls) == 5 and calls[0]["only"] == ["teacher", "teacher, no prefix cache", "student"]
+    # every dialogue-length point cuts the same dialogues: those with at least 20 scored turns
+    assert [(c["data"]["min_scored_turns"], c["data"]["max_scored_turns"]) for c in calls[3:]] == [(20, 5), (20, 20)]
     # 6.6x between 1,000 tokens (4.0x) and 4,000 (9.2x): 1000 + (6.6 - 4.0) / (9.2 - 4.0) * 3000
-    assert result["crossings"]["reference tokens"]["speedup_over_strongest"] == 2500.0
-    assert result["crossings"]["reference tokens"]["speedup_over_plain"] == round(100 + (6.6 - 3.0) / (8.0 - 3.0) * 900, 1)
-    assert result["crossings"]["scored turns"]["speedup_over_strongest"] is None
-    assert "not within the range" in (tmp_path / "scaling.md").read_text() and (tmp_path / "scaling.png").stat().st_size > 0
-    # run again: every point is kept; another model measures them all again
-    measure2, calls2 = fake_speed({100: 1.5, 1000: 4.0, 4000: 9.2, 5: 1.4, 20: 2.0})
-    curve(cfg, tmp_path, measure2)
+    assert result["crossings"]["reference tokens"]["speedup_over_teacher"] == {"at": 2500.0, "direction": "rises above"}
+    assert result["crossings"]["reference tokens"]["speedup_over_plain"]["at"] == round(100 + (6.6 - 3.0) / (8.0 - 3.0) * 900, 1)
+    assert result["crossings"]["scored turns"]["speedup_over_teacher"] == {"at": None, "note": "below at every point"}
+    text = (tmp_path / "out" / "scaling.md").read_text()
+    assert "over the teacher, below at every point" in text and (tmp_path / "out" / "scaling.png").stat().st_size > 0
+    # run again: every point is kept; another model is measured apart, the first run's folders stay
+    measure2, calls2 = fake_speed(speedups)
+    curve(cfg, tmp_path / "out", measure2)
     assert calls2 == []
-    curve(cfg.model_copy(update={"speed": {"model": "other"}}), tmp_path, measure2)
-    assert len(calls2) == 5
+    curve(cfg.model_copy(update={"speed": {"model": "other"}}), tmp_path / "out", measure2)
+    assert len(calls2) == 5 and len(list((tmp_path / "out" / "reference").iterdir())) == 6
+
+
+def test_a_crossing_is_found_either_way_and_a_curve_above_everywhere_says_so():
+    from fastvista.evaluation.scaling_curve import crossing
+
+    assert crossing([1, 2, 3], [8, 7, 5]) == {"at": 2.2, "direction": "falls below"}
+    assert crossing([1, 2], [7, 9]) == {"at": None, "note": "above at every point"}
+    assert crossing([1, 2], [None, None]) == {"at": None, "note": "not measured"}
+
+
+def test_scaling_settings_are_checked_before_any_point_runs(tmp_path):
+    import pytest
+
+    from fastvista.evaluation.scaling_curve import ScalingConfig
+
+    (tmp_path / "ref.jsonl").write_text("")
+    good = {"speed": {"model": "student"}, "references": {100: str(tmp_path / "ref.jsonl")}}
+    for bad, message in (({"references": {100: str(tmp_path / "none.jsonl")}}, "no such file"),
+                         ({"rows": ["teacher", "studnet"]}, "no row named 'studnet'"),
+                         ({"rows": ["teacher, no prefix cache", "student"]}, "teacher row"),
+                         ({"speed": {"model": "s", "teacher_model": "t"}}, "same weights"),
+                         ({"speed": {"model": "s", "max_model_lenn": 1}}, "max_model_lenn"),
+                         ({"dialogue_turns": [0, 5]}, "at least 1")):
+        with pytest.raises(ValueError, match=message):
+            ScalingConfig(**{**good, **bad})

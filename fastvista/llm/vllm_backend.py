@@ -97,6 +97,11 @@ class VLLMBackend:
             name: LoRARequest(name, i, str(p)) for i, (name, p) in enumerate(config.lora_adapters.items(), 1)
         }
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix: a measurement then starts as on a fresh engine."""
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM did not reset its prefix cache (requests still running?)")
+
     def speculation(self) -> dict | None:
         """Draft tokens proposed and accepted so far (None without speculative decoding)."""
         if not self.config.speculative:

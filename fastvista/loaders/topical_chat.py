@@ -5,7 +5,8 @@
 One agent plays the assistant (`assistant`), or with `assistant="both"` every turn is an
 assistant turn grounded in its own agent's reading set: Topical-Chat's two agents both read
 knowledge, so a conversation then has ~20 scored turns (the speed scaling curve's long
-dialogues, docs/speed.md). A turn's reference is the wiki section of each `FS*` entity it
+dialogues, docs/speed.md); each turn's `meta` names its agent and the id ends in `#both`. A
+turn's reference is the wiki section of each `FS*` entity it
 cites; fun facts (Reddit) and articles (`AS*`) cannot be resolved offline, so a turn citing only
 those or `Personal Knowledge` has no reference and is left as context unless `score_unreferenced`.
 Each turn keeps its `knowledge_source` in `meta`. No faithfulness labels.
@@ -39,6 +40,8 @@ def _sections(path: Path, wiki: dict) -> dict[tuple[str, str], str]:
 
 
 def load(path, assistant: str = "agent_2", score_unreferenced: bool = False):
+    if assistant not in ("agent_1", "agent_2", "both"):
+        raise ValueError(f"topical_chat option assistant={assistant!r}: agent_1, agent_2 or both")
     path = Path(path)
     root = path.parent.parent
     try:
@@ -82,8 +85,9 @@ def _dialogue(path, conv_id, conv, reading_sets, sections, assistant, score_unre
             raise RecordError(path, None, where, "needs agent and message strings")
         agent, text = t["agent"], t["message"]
         sources = expect(path, None, f"{where}.knowledge_source", t.get("knowledge_source") or [], list, "a list of sources")
+        meta = {"knowledge_source": sources, **({"agent": agent} if assistant == "both" else {})}
         if assistant != "both" and agent != assistant:
-            turns.append(Turn(role="user", text=text, meta={"knowledge_source": sources}))
+            turns.append(Turn(role="user", text=text, meta=meta))
             continue
         reference = _reference(path, conv_id, reading_sets[conv_id].get(agent, {}), sources, sections)
         turns.append(
@@ -92,13 +96,13 @@ def _dialogue(path, conv_id, conv, reading_sets, sections, assistant, score_unre
                 text=text,
                 reference=reference,
                 score=None if reference or score_unreferenced else False,
-                meta={"knowledge_source": sources},
+                meta=meta,
             )
         )
     if not turns:
         raise RecordError(path, None, f"{conv_id}.content", "empty conversation")
     return Dialogue(
-        id=f"topical_chat-{path.stem}-{conv_id}",
+        id=f"topical_chat-{path.stem}-{conv_id}" + ("#both" if assistant == "both" else ""),
         source=f"topical_chat/{path.stem}",
         turns=turns,
         meta={"config": conv.get("config"), "rating": conv.get("conversation_rating")},
