@@ -58,11 +58,15 @@ class ScalingConfig(BaseModel):
             raise ValueError("rows: the curve needs the student row and a teacher row with prefix caching")
         if any(n < 1 for n in self.dialogue_turns):
             raise ValueError("dialogue_turns: each at least 1")
-        missing = [p for p in [*self.references.values(), *([self.dialogues] if self.dialogues else [])] if not Path(p).exists()]
-        if missing:
-            raise ValueError(f"{missing[0]}: no such file (build the inputs first: see `fastvista eval scaling --help`)")
         SpeedConfig.model_validate({**self.speed, "data": {"input": "each point's"}})
         return self
+
+
+def check_inputs(args: ScalingConfig) -> None:
+    """Refuse a missing input file before any engine starts (the schema stays valid on a fresh clone)."""
+    missing = [p for p in [*args.references.values(), *([args.dialogues] if args.dialogues else [])] if not Path(p).exists()]
+    if missing:
+        raise ValueError(f"{missing[0]}: no such file (build the inputs first: see `fastvista eval scaling --help`)")
 
 
 def points(args: ScalingConfig) -> list[tuple[str, int, DataSelection]]:
@@ -174,6 +178,7 @@ def plot(result: dict, path: Path) -> None:
 def main(args: ScalingConfig, out: Path) -> dict:
     from fastvista.evaluation.speed import main as speed_main
 
+    check_inputs(args)
     out.mkdir(parents=True, exist_ok=True)
     engines: dict = {}  # one set of engines for every point
     result = curve(args, out, lambda settings, folder: speed_main(SpeedConfig.model_validate(settings), folder, engines))

@@ -99,12 +99,14 @@ def test_a_crossing_is_found_either_way_and_a_curve_above_everywhere_says_so():
 def test_scaling_settings_are_checked_before_any_point_runs(tmp_path):
     import pytest
 
-    from fastvista.evaluation.scaling_curve import ScalingConfig
+    from fastvista.evaluation.scaling_curve import ScalingConfig, main
 
     (tmp_path / "ref.jsonl").write_text("")
     good = {"speed": {"model": "student"}, "references": {100: str(tmp_path / "ref.jsonl")}}
-    for bad, message in (({"references": {100: str(tmp_path / "none.jsonl")}}, "no such file"),
-                         ({"rows": ["teacher", "studnet"]}, "no row named 'studnet'"),
+    with pytest.raises(ValueError, match="none.jsonl: no such file"):
+        main(ScalingConfig(**{**good, "references": {100: str(tmp_path / "none.jsonl")}}), tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # refused before any folder or engine
+    for bad, message in (({"rows": ["teacher", "studnet"]}, "no row named 'studnet'"),
                          ({"rows": ["teacher, no prefix cache", "student"]}, "teacher row"),
                          ({"speed": {"model": "s", "teacher_model": "t"}}, "same weights"),
                          ({"speed": {"model": "s", "max_model_lenn": 1}}, "max_model_lenn"),
