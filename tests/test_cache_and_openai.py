@@ -1,3 +1,5 @@
+import json
+
 from fastvista.llm import BackendConfig, ChatRequest, Completion, make_backend
 from fastvista.llm.cache import CachedBackend
 from tests.fake_openai import FakeOpenAI
@@ -48,3 +50,14 @@ def test_openai_backend_reports_a_dead_endpoint_as_an_error():
     backend = make_backend(BackendConfig(kind="openai", model="m", base_url="http://127.0.0.1:9/v1", max_retries=0, timeout=2))
     [c] = backend.generate([verify_request("x")])
     assert c.error and "Connection" in c.error
+
+
+def test_openai_backend_keeps_the_seed_from_a_server_that_cannot_take_it():
+    seeded = verify_request("x", temperature=0.7).model_copy(update={"seed": 3})
+    sent = {}
+    for send_seed in (True, False):
+        with FakeOpenAI() as server:
+            make_backend(BackendConfig(kind="openai", model="teacher", base_url=server.url, send_seed=send_seed)).generate([seeded])
+        [body] = [json.loads(b) for b in server.received]
+        sent[send_seed] = body.get("seed")
+    assert sent == {True: 3, False: None}

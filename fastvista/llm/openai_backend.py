@@ -107,7 +107,7 @@ class OpenAIBackend:
             stop=r.stop,
             extra_body=extra or None,
         )
-        if r.seed is not None:
+        if r.seed is not None and self.config.send_seed:
             kwargs["seed"] = r.seed
         if r.logprobs:
             kwargs.update(logprobs=True, top_logprobs=r.logprobs)

