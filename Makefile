@@ -38,10 +38,11 @@ demo: install
 	$(BIN)/fastvista synth -c configs/synth/teacher_vllm_cpu.yaml -i $(DEMO)/teacher_input.jsonl -o $(DEMO)/teacher
 	@# 2. The student learns from the shipped teacher-labelled set (data/demo/TRAINING_SET.md).
 	OMP_NUM_THREADS=2 $(BIN)/accelerate launch --config_file configs/accelerate/cpu.yaml train/sft.py --config configs/sft/smollm2_demo.yaml
-	@# 3. The student scores the teacher's slice and human-labelled BEGIN and Q2 responses on vLLM.
+	@# 3. The student scores the teacher's slice and human-labelled BEGIN and Q2 responses on vLLM
+	@#    (eager: about a minute of generation, so skipping compilation saves more than it costs).
 	cat data/demo/topical_chat_demo.jsonl data/demo/begin_demo.jsonl data/demo/q2_demo.jsonl > $(DEMO)/student_input.jsonl
 	$(BIN)/fastvista score -c configs/score/student_merged_cpu.yaml --set backend.model=$(DEMO)/student/merged \
-		-i $(DEMO)/student_input.jsonl -o $(DEMO)/student_scored --quiet
+		--set backend.engine_mode=eager -i $(DEMO)/student_input.jsonl -o $(DEMO)/student_scored --quiet
 	@# 4. Evaluation: agreement with the teacher, accuracy against human labels, speed on one engine.
 	$(BIN)/fastvista eval agreement $(DEMO)/student_scored/results.jsonl $(DEMO)/teacher/labelled.jsonl -o $(DEMO)/agreement.json
 	$(BIN)/fastvista eval gold $(DEMO)/student_scored/results.jsonl -o $(DEMO)/gold_student.json
