@@ -15,26 +15,30 @@ whole curve costs one training on the largest set: on a CPU, where training is t
 Each point's student is merged (float32), scores the test dialogues with `fastvista score` and is
 compared with the teacher (`fastvista eval agreement`).
 
-A trained run is kept when what it depends on is the same (its training and validation sets, the
-training configs: run.json); a run trained otherwise is refused, never mixed. (A corpus that grew
-has a larger train split: with `0`, "all of it", among the sizes, that is another run.) A point's
-scores depend on the test files and the scoring config only and live in a folder named by their
-digest: with fixed sizes the same students score a grown test split again without training, and
-the earlier scores stay. The validation set is the first `eval_turns` turns of the validation split
-(whole dialogues). Writes learning_curve.json, learning_curve.md and learning_curve.png.
+A run keeps the training and validation sets it started with (copies in the output folder, their
+digests and the training configs in run.json): a killed run resumes on them even after the corpus
+grew (with a note: a curve of the grown corpus is a new output folder), and one whose training
+configs changed is refused, never mixed. Checkpoints are saved at every snapshot. A point's scores
+depend on the test files and the scoring config only and live in a folder named by their digest;
+the test files are copied once per command, so every point of a command is scored on the same
+test split, and a grown split is scored again by the same students without training. The
+validation set is the first `eval_turns` turns of the validation split (whole dialogues).
+Everything is checked before training; the training and scoring logs are kept beside their
+outputs. Writes learning_curve.json, learning_curve.md and learning_curve.png.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.train.data import file_hash, read_examples
 
@@ -58,9 +62,13 @@ class LearningCurveConfig(BaseModel):
     eval_turns: int = 0  # validate on its first turns (whole dialogues); 0: all of it
     test_inputs: str  # the test dialogues to score
     test_teacher: str  # the teacher's labels of those dialogues
-    sizes: list[int]  # training turns per point; 0 stands for all of them
+    sizes: list[int] = Field(min_length=1)  # training turns per point; 0 stands for all of them
     sft_keys: dict = {}  # sft.py keys over sft_config for every point (e.g. num_train_epochs)
     score_overrides: list[str] = []  # `fastvista score --set` keys over score_config (e.g. backend.dtype=float32)
+
+
+NOTE = ("Each point is one pass over its training turns at a constant learning rate (snapshots of one run), "
+        "not the shipped recipe (two epochs, cosine schedule): the curve compares sizes, the shipped student is trained apart.")
 
 
 def first_turns(examples: list[dict], n: int) -> list[dict]:
@@ -113,10 +121,27 @@ def plot(points: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def _run(cmd: list[str], what: str, accept: tuple[int, ...] = (0,)) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], what: str, log: Path, accept: tuple[int, ...] = (0,)) -> None:
+    """Run a stage with its output in `log` (appended: a resumed stage keeps its earlier log), on
+    every core (a test's OMP_NUM_THREADS=1 would otherwise train on one)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as f:
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1)})
     if done.returncode not in accept:
-        raise RuntimeError(f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}")
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n(log: {log})\n{tail}")
+
+
+def launch_args(keys: dict) -> list[str]:
+    """sft.py's command-line keys: a list as its items (argparse reads `--key 1 2`), an empty list
+    left out, other values as JSON or text."""
+    args: list[str] = []
+    for k, v in keys.items():
+        if isinstance(v, list):
+            args += [f"--{k}", *map(str, v)] if v else []
+        else:
+            args += [f"--{k}", json.dumps(v) if isinstance(v, (bool, dict)) or v is None else str(v)]
+    return args
 
 
 def _digest(path: str) -> str | None:
@@ -152,18 +177,28 @@ def ordered(examples: list[dict], sizes: list[int], seed: int = 0) -> list[dict]
     return rows
 
 
-def train(cfg: LearningCurveConfig, examples: list[dict], sizes: list[int], validation: list[dict], out: Path) -> Path:
-    """One training run over the largest point's examples, snapshots at the others; kept when
-    what it depends on is unchanged, refused when it changed."""
+TRAINING_CONFIGS = ("sft_config", "sft_keys", "accelerate_config")
+
+
+def train(cfg: LearningCurveConfig, examples: list[dict], sizes: list[int], validation: list[dict], out: Path) -> tuple[Path, list[dict], list[int]]:
+    """One training run over the largest point's examples, snapshots at the others. A run that
+    has trained goes on with the sets it started with (a note says when the corpus changed since)
+    and is refused when a training config changed. Returns the student folder, the run's
+    training examples in the order it reads them, and its sizes."""
     text, eval_text = _text(ordered(examples[: sizes[-1]], sizes)), _text(validation)
     wanted, recorded = {**manifest(cfg, text, eval_text), "sizes": sizes}, out / "run.json"
     train_file, eval_file, student = out / "train.jsonl", out / "validation.jsonl", out / "student"
     trained = any(student.glob("checkpoint-*")) or any(student.glob("snapshots/turns_*")) or (student / "training_record.json").exists()
-    if recorded.exists() and json.loads(recorded.read_text()) != wanted and trained:
-        changed = [k for k, v in json.loads(recorded.read_text()).items() if wanted.get(k) != v]
-        raise ValueError(f"{out} was trained with another {', '.join(changed)} (the corpus grew or a config changed?): "
-                         "use a new output folder")
-    if not recorded.exists() or not trained:  # a run that never trained a step may start again with other inputs
+    if recorded.exists() and trained:
+        was = json.loads(recorded.read_text())
+        changed = [k for k in TRAINING_CONFIGS if was.get(k) != wanted[k]]
+        if changed:
+            raise ValueError(f"{out} was trained with another {', '.join(changed)}: use a new output folder")
+        if was != wanted:
+            print(f"note: {out} goes on with the training and validation sets it started with ({was['sizes'][-1]} training turns); "
+                  "the corpus changed since: a curve of the current corpus needs a new output folder", file=sys.stderr)
+        sizes, eval_text = was["sizes"], eval_file.read_text() if eval_file.exists() else ""
+    else:  # a run that never trained a step may start again with other inputs
         out.mkdir(parents=True, exist_ok=True)
         for path, content in ((train_file, text), (eval_file, eval_text)):
             partial = path.with_suffix(".partial")
@@ -176,10 +211,9 @@ def train(cfg: LearningCurveConfig, examples: list[dict], sizes: list[int], vali
                 "train_sampling_strategy": "sequential", "snapshot_examples": sizes[:-1]}
         if eval_text:
             keys["eval_file"] = str(eval_file)
-        args = [a for k, v in keys.items() for a in (f"--{k}", json.dumps(v) if isinstance(v, (bool, list, dict)) or v is None else str(v))]
         _run([str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", cfg.accelerate_config, "train/sft.py",
-              "--config", cfg.sft_config, *args], f"training on {sizes[-1]} turns")
-    return student
+              "--config", cfg.sft_config, *launch_args(keys)], f"training on {sizes[-1]} turns", out / "train.log")
+    return student, read_examples(str(train_file)), sizes
 
 
 def merged(adapter: Path) -> Path:
@@ -207,7 +241,7 @@ def score_point(cfg: LearningCurveConfig, size: int, subset: list[dict], model: 
         # again (an answer that never parsed) in failed.jsonl, counted as unparsed below
         sets = [a for key in [*cfg.score_overrides, f"backend.model={model}"] for a in ("--set", key)]
         _run([str(Path(sys.executable).parent / "fastvista"), "score", "-c", cfg.score_config, *sets, "-i", cfg.test_inputs,
-              "-o", str(scored)], f"scoring with the {size}-turn student", accept=(0, 3))
+              "-o", str(scored)], f"scoring with the {size}-turn student", scored.with_name(scored.name + ".log"), accept=(0, 3))
     report = agreement(read_scored(scored / "results.jsonl"), read_scored(Path(cfg.test_teacher)))
     (scored / "agreement.json").write_text(json.dumps(report, indent=2))
     return {"turns": size, "dialogues": len({e["dialogue_id"] for e in subset}), "scores": str(scored),
@@ -224,13 +258,59 @@ def parsed_share(summary: dict, failed: list[dict]) -> float | None:
     return round(summary.get("scored_turns", 0) / total, 4) if total else None
 
 
-def main(cfg: LearningCurveConfig, out: Path) -> list[dict]:
+def checked(cfg: LearningCurveConfig) -> None:
+    """Everything the hours of training lead to, checked before they start: the files, the
+    scoring config with its overrides, and no test dialogue among the training ones."""
+    from fastvista.config import load_config
+    from fastvista.infer.run import ScoreConfig
+
     if len(cfg.sizes) > 1 and not cfg.eval_file:
         raise ValueError("eval_file: the snapshots of one run are validated on it (and it keeps the training file in order)")
+    for key in ("sft_config", "accelerate_config", "score_config", "train_file", "eval_file", "test_inputs", "test_teacher"):
+        path = getattr(cfg, key)
+        if path and not Path(path).exists():
+            raise ValueError(f"{key}: {path}: no such file (the corpus files come from `fastvista data corpus-split`)")
+    tree = load_config(cfg.score_config, [*cfg.score_overrides, "backend.model=each point's student"])
+    tree.pop("data", None)
+    ScoreConfig.model_validate(tree)
+    with open(cfg.test_inputs) as f:
+        tested = {json.loads(line)["id"] for line in f if line.strip()}
+    trained = {e["dialogue_id"] for e in read_examples(cfg.train_file)}
+    if tested & trained:
+        raise ValueError(f"{cfg.test_inputs}: {len(tested & trained)} test dialogues are in {cfg.train_file}, e.g. {sorted(tested & trained)[0]}")
+
+
+def frozen_tests(cfg: LearningCurveConfig, out: Path) -> LearningCurveConfig:
+    """The test files copied once (folder named by their digest): every point of this command is
+    scored on the same split even if the corpus is split again meanwhile."""
+    digest = hashlib.sha256(f"{file_hash(cfg.test_inputs)} {file_hash(cfg.test_teacher)}".encode()).hexdigest()[:12]
+    folder = out / "tests" / digest
+    if not folder.exists():
+        partial = folder.with_name(digest + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        shutil.copyfile(cfg.test_inputs, partial / "test_inputs.jsonl")
+        shutil.copyfile(cfg.test_teacher, partial / "test_labelled.jsonl")
+        partial.rename(folder)
+    return cfg.model_copy(update={"test_inputs": str(folder / "test_inputs.jsonl"), "test_teacher": str(folder / "test_labelled.jsonl")})
+
+
+def main(cfg: LearningCurveConfig, out: Path) -> list[dict]:
+    from fastvista.reaper import watch_children
+    from fastvista.scheduler import folder_lock
+
+    checked(cfg)
+    with folder_lock(out):
+        watch_children()  # a killed command takes its training and scoring with it
+        return curve(cfg, out)
+
+
+def curve(cfg: LearningCurveConfig, out: Path) -> list[dict]:
     examples = read_examples(cfg.train_file)
     validation = first_turns(read_examples(cfg.eval_file), cfg.eval_turns) if cfg.eval_file else []
     sizes = sorted({len(first_turns(examples, n)) for n in cfg.sizes})
-    student = train(cfg, examples, sizes, validation, out)
+    student, rows, sizes = train(cfg, examples, sizes, validation, out)
+    cfg = frozen_tests(cfg, out)
     run = json.loads((student / "training_record.json").read_text())
     eval_loss = {e["step"]: e["eval_loss"] for e in run.get("eval_loss", [])}
     points = []
@@ -243,9 +323,9 @@ def main(cfg: LearningCurveConfig, out: Path) -> list[dict]:
                 raise RuntimeError(f"the run left no snapshot after {size} turns ({snapshot}): see {student}")
             step = json.loads((snapshot / "snapshot.json").read_text())["step"]
             model, record = merged(snapshot), {"step": step, "eval_loss": eval_loss.get(step)}
-        points.append(score_point(cfg, size, first_turns(examples, size), model, record))
+        points.append(score_point(cfg, size, rows[:size], model, record))
         (out / "learning_curve.json").write_text(json.dumps({"config": cfg.model_dump(), "training": str(student), "points": points}, indent=2))
-    (out / "learning_curve.md").write_text(table(points) + "\n")
+    (out / "learning_curve.md").write_text(f"{NOTE}\n\n{table(points)}\n")
     plot(points, out / "learning_curve.png")
     print(table(points))
     return points

@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.llm import BackendConfig, make_backend
-from fastvista.llm.vllm_backend import on_cpu
 from fastvista.memory import initial_store
 from fastvista.models import resolve_model
 from fastvista.schema import Dialogue
@@ -170,7 +169,7 @@ def main(args: LiveLatencyConfig, out: Path) -> dict:
                             kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30))
         with running(cmd, url, out / f"server_{name}.log", benchmark=True):
             backend = make_backend(BackendConfig(kind="openai", model=model, base_url=url, concurrency=256, timeout=args.timeout,
-                                                 max_retries=0, send_seed=not on_cpu()))
+                                                 max_retries=0))
             scorer = make_scorer(backend)
             try:
                 warm_up(scorer, dialogues[0])

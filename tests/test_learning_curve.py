@@ -55,12 +55,12 @@ def config(tmp_path, **changes) -> LearningCurveConfig:
                                   "test_teacher": str(test), "sizes": [3, 0], **changes})
 
 
-def test_a_trained_run_is_kept_a_changed_one_refused_and_a_grown_test_split_scored_again(tmp_path, monkeypatch):
+def test_a_trained_run_is_kept_a_changed_one_refused_and_a_grown_test_split_scored_again(tmp_path, monkeypatch, capsys):
     from fastvista.evaluation import learning_curve
 
     commands = []
 
-    def run(cmd, what, accept=(0,)):
+    def run(cmd, what, log, accept=(0,)):
         commands.append(cmd)
         if "train/sft.py" in cmd:  # stands in for the training run
             student = Path(cmd[cmd.index("--output_dir") + 1])
@@ -73,19 +73,22 @@ def test_a_trained_run_is_kept_a_changed_one_refused_and_a_grown_test_split_scor
     cfg, out, validation = config(tmp_path), tmp_path / "curve", first_turns(examples(), 2)
     (out / "student").mkdir(parents=True)
     (out / "run.json").write_text("{}")  # a run that crashed before its first step: it may start again
-    student = learning_curve.train(cfg, examples(), [3, 9], validation, out)
+    student, rows, sizes = learning_curve.train(cfg, examples(), [3, 9], validation, out)
     [sft] = commands
-    assert sft[sft.index("--snapshot_examples") + 1] == "[3]" and sft[sft.index("--train_sampling_strategy") + 1] == "sequential"
+    assert sft[sft.index("--snapshot_examples") + 1: sft.index("--snapshot_examples") + 3] == ["3", "--eval_file"]
+    assert sft[sft.index("--train_sampling_strategy") + 1] == "sequential"
     written = [json.loads(line)["id"] for line in (out / "train.jsonl").read_text().splitlines()]
     assert sorted(written[:3]) == ["a#0", "a#1", "a#2"] and len(written) == 9  # the first point's examples come first
+    assert [e["id"] for e in rows] == written and sizes == [3, 9]
     learning_curve.train(cfg, examples(), [3, 9], validation, out)
     assert len(commands) == 1  # trained before: kept
-    with pytest.raises(ValueError, match="train_sha256"):  # the corpus grew: another run, never mixed
-        learning_curve.train(cfg, examples() + [{"dialogue_id": "d", "id": "d#0", "prompt": [], "completion": []}], [3, 10], validation, out)
-    with pytest.raises(ValueError, match="sft_keys"):
+    # the corpus grew (or its validation split changed) after the run trained: it goes on with what it started with
+    grown = examples() + [{"dialogue_id": "d", "id": "d#0", "prompt": [], "completion": []}]
+    _, rows_after, sizes_after = learning_curve.train(cfg, grown, [3, 10], first_turns(examples(), 9), out)
+    assert [e["id"] for e in rows_after] == written and sizes_after == [3, 9] and len(commands) == 1
+    assert "goes on with the training and validation sets it started with" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="sft_keys"):  # trained otherwise: refused, never mixed
         learning_curve.train(config(tmp_path, sft_keys={"num_train_epochs": 1}), examples(), [3, 9], validation, out)
-    with pytest.raises(ValueError, match="eval_sha256"):
-        learning_curve.train(cfg, examples(), [3, 9], first_turns(examples(), 9), out)
 
     first = learning_curve.scoring_folder(cfg, student)
     (tmp_path / "test_labelled.jsonl").write_text("a\nb\n")  # the test split grew
@@ -95,3 +98,44 @@ def test_a_trained_run_is_kept_a_changed_one_refused_and_a_grown_test_split_scor
         learning_curve.score_point(cfg, 9, examples(), student / "merged", {})
     score = commands[-1]
     assert score[1] == "score" and score[score.index("-o") + 1] == str(second)
+
+
+def test_the_sizes_reach_sft_py_as_its_parser_reads_them():
+    from fastvista.evaluation.learning_curve import launch_args
+    from fastvista.train.sft import make_parser
+
+    args = launch_args({"train_file": "t.jsonl", "output_dir": "o", "snapshot_examples": [254, 753], "merge": True})
+    student, training, _ = make_parser().parse_args_into_dataclasses(["--model_name_or_path", "m", "--use_cpu", "true", "--bf16", "false", *args])
+    assert student.snapshot_examples == [254, 753] and student.merge is True and training.output_dir == "o"
+    assert "--snapshot_examples" not in launch_args({"snapshot_examples": []})  # one point: no snapshot
+
+
+def test_everything_the_training_leads_to_is_checked_before_it_starts(tmp_path):
+    from fastvista.evaluation.learning_curve import checked
+
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(e) + "\n" for e in examples()))
+    tests = tmp_path / "test_inputs.jsonl"
+    tests.write_text(json.dumps({"id": "z", "turns": []}) + "\n")
+    good = {"sft_config": "configs/sft/smollm2_corpus_cpu.yaml", "score_config": "configs/score/student_merged_cpu.yaml",
+            "train_file": str(train), "eval_file": str(train), "test_inputs": str(tests), "test_teacher": str(tests), "sizes": [3, 0]}
+    checked(LearningCurveConfig(**good))
+    with pytest.raises(ValueError, match="test_teacher: .*none.jsonl: no such file"):
+        checked(LearningCurveConfig(**{**good, "test_teacher": str(tmp_path / "none.jsonl")}))
+    with pytest.raises(ValueError, match="max_tokenz"):
+        checked(LearningCurveConfig(**{**good, "score_overrides": ["student.max_tokenz=4"]}))
+    tests.write_text(json.dumps({"id": "b", "turns": []}) + "\n")
+    with pytest.raises(ValueError, match="1 test dialogues are in .*train.jsonl, e.g. b"):
+        checked(LearningCurveConfig(**good))
+    with pytest.raises(ValueError):
+        LearningCurveConfig(**{**good, "sizes": []})
+
+
+def test_every_point_of_a_command_is_scored_on_the_test_files_as_they_were_when_it_began(tmp_path):
+    from fastvista.evaluation.learning_curve import frozen_tests
+
+    cfg = config(tmp_path, test_inputs=str(tmp_path / "test_labelled.jsonl"))
+    frozen = frozen_tests(cfg, tmp_path / "curve")
+    (tmp_path / "test_labelled.jsonl").write_text("a\nb\n")  # split again while the points are scored
+    assert Path(frozen.test_teacher).read_text() == "a\n" and Path(frozen.test_inputs).read_text() == "a\n"
+    assert frozen_tests(cfg, tmp_path / "curve").test_teacher != frozen.test_teacher  # the next command scores the new split

@@ -144,14 +144,17 @@ def test_snapshots_are_saved_and_validated_once_the_first_n_examples_are_seen(tm
     write_jsonl(evals, [e for e in rows if e["dialogue_id"] in held_out])
     out = tmp_path / "run"
     config = write_config(tmp_path / "sft.yaml", tiny_model, train, out, eval_file=str(evals), max_steps=-1, num_train_epochs=1,
-                          eval_steps=100, save_steps=100, train_sampling_strategy="sequential", snapshot_examples=[6, 12])
-    done = launch(config)
+                          eval_steps=100, save_steps=100, train_sampling_strategy="sequential")
+    from fastvista.evaluation.learning_curve import launch_args
+
+    done = launch(config, *launch_args({"snapshot_examples": [6, 12]}))  # on the command line, as the learning curve passes it
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((out / "training_record.json").read_text())
     assert record["snapshots"] == ["turns_12", "turns_6"]
     # batches of 4: the first 6 examples are all seen after step 2, the first 12 after step 3
     assert [json.loads((out / "snapshots" / n / "snapshot.json").read_text())["step"] for n in ("turns_6", "turns_12")] == [2, 3]
     assert {2, 3} <= {e["step"] for e in record["eval_loss"]}  # each snapshot was validated
+    assert {"checkpoint-2", "checkpoint-3"} <= {p.name for p in out.glob("checkpoint-*")}  # and checkpointed (save_steps 100)
     assert (out / "snapshots" / "turns_6" / "format.json").exists()
     from safetensors.torch import load_file
 

