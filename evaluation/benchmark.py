@@ -5,12 +5,17 @@
         --data q2=runs/eval_inputs/q2.jsonl@120 --data begin=runs/eval_inputs/begin_dev.jsonl@240 \\
         --out runs/baselines
 
-`NAME=FILE@N` scores a seeded random sample of N dialogues of a JSONL file (all without @N).
+`NAME=FILE@N` scores a seeded random sample of N dialogues of a JSONL file (all without @N); a
+cross-turn probe file (`fastvista data cross-turn-probe`) is taken whole, as a sample would break
+its groups of four versions. Every data set and scorer setting is checked before the engine starts,
+and the one engine serves every scorer (the student through its LoRA adapter).
 Per scorer and data set: turn accuracy (all and per source), precision, recall and F1 with
 hallucinated as positive and macro-F1, beside always-hallucinated (accuracy and F1), how well
 the turn score separates faithful from hallucinated turns (mean scores, ROC AUC), calls, tokens
 and seconds per turn. Q2's run also gives the `Q2 w/o NLI` row (kept in each turn's details).
-Results go to OUT/SCORER/NAME/results.jsonl (resumable); benchmark.json and benchmark.md.
+Results go to OUT/SCORER/NAME/results.jsonl (resumable: results made with other weights, prompts
+or settings are refused, not mixed in), the dialogues that failed to OUT/SCORER/NAME/failed.jsonl
+(counted per row; the same command tries them again); benchmark.json and benchmark.md.
 """
 
 from __future__ import annotations
@@ -21,26 +26,35 @@ import time
 from pathlib import Path
 
 from fastvista.evaluation.compare import against_gold
+from fastvista.evaluation.cross_turn import probe_turn
 from fastvista.evaluation.metrics import accuracy, separation
 from fastvista.evaluation.report import DECISION_HEADER, decision_cells
-from fastvista.evaluation.scorers import SCORERS, EvalConfig, backend_factory, machine_for
+from fastvista.evaluation.scorers import SCORERS, EvalConfig, adapter_of, backend_factory, machine_for
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.records_io import read_scored
-from fastvista.scheduler import run
+from fastvista.infer.run import check_student_format
+from fastvista.scheduler import finished, folder_lock, run
+from fastvista.schema import Dialogue
+from fastvista.selection import sample
 
 
-def figures(scored, wall: float | None) -> dict:
+def figures(scored, wall: float | None, failed: int) -> dict:
     turns = [t for d in scored for t in d.turns]
     gold = against_gold(scored)
+
+    def per_turn(values, digits):  # None when every dialogue failed
+        return round(statistics.mean(values), digits) if values else None
+
     return {
         "turns": len(turns),
+        "failed_dialogues": failed,
         "turn_accuracy": gold["turn_accuracy"],
         "by_source": {s: v["accuracy"] for s, v in gold["turn_accuracy_by_source"].items()},
         "always_hallucinated_by_source": {s: v["always_hallucinated"] for s, v in gold["turn_accuracy_by_source"].items()},
         "separation": gold["score_separation"],
-        "calls_per_turn": round(statistics.mean(t.usage.calls for t in turns), 2),
-        "prompt_tokens_per_turn": round(statistics.mean(t.usage.prompt_tokens for t in turns), 1),
-        "completion_tokens_per_turn": round(statistics.mean(t.usage.completion_tokens for t in turns), 1),
+        "calls_per_turn": per_turn([t.usage.calls for t in turns], 2),
+        "prompt_tokens_per_turn": per_turn([t.usage.prompt_tokens for t in turns], 1),
+        "completion_tokens_per_turn": per_turn([t.usage.completion_tokens for t in turns], 1),
         "seconds_per_turn": round(wall / len(turns), 3) if wall else None,
         "errors": sum(len(t.errors) for t in turns),
     }
@@ -55,14 +69,19 @@ def without_nli(scored, threshold: float) -> dict:
 
 
 def table(results: dict) -> str:
-    lines = [f"| data | scorer | n | {DECISION_HEADER} | score AUC | mean score faithful / halluc. | calls/turn | tokens/turn | s/turn |",
-             "|" + "---|" * 15]
+    lines = [f"| data | scorer | n | failed dialogues | {DECISION_HEADER} | score AUC | mean score faithful / halluc. | calls/turn | "
+             "tokens/turn | s/turn |", "|" + "---|" * 16]
+
+    def cell(x):
+        return "-" if x is None else x
+
     for data, by_scorer in results.items():
         for name, r in by_scorer.items():
             acc, sep = r["turn_accuracy"], r["separation"]
-            tokens = round(r["prompt_tokens_per_turn"] + r["completion_tokens_per_turn"], 1) if "calls_per_turn" in r else "-"
-            lines.append(f"| {data} | {name} | {acc['n']} | {decision_cells(acc)} | {sep['roc_auc']} | "
-                         f"{sep['mean_faithful']} / {sep['mean_hallucinated']} | {r.get('calls_per_turn', '-')} | {tokens} | {r.get('seconds_per_turn') or '-'} |")
+            tokens = None if r.get("calls_per_turn") is None else round(r["prompt_tokens_per_turn"] + r["completion_tokens_per_turn"], 1)
+            lines.append(f"| {data} | {name} | {acc['n']} | {cell(r.get('failed_dialogues'))} | {decision_cells(acc)} | {sep['roc_auc']} | "
+                         f"{sep['mean_faithful']} / {sep['mean_hallucinated']} | {cell(r.get('calls_per_turn'))} | {cell(tokens)} | "
+                         f"{r.get('seconds_per_turn') or '-'} |")
     return "\n".join(lines)
 
 
@@ -72,40 +91,74 @@ def parse_data(item: str) -> tuple[str, str, int | None]:
     return name, path, int(n) if n else None
 
 
+def load_data(items: list[str]) -> dict[str, list[Dialogue]]:
+    """Every data set (NAME=FILE.jsonl[@N]) read and checked before any engine starts, so a bad
+    last item fails at once rather than after hours of scoring. The cross-turn probe holds four
+    versions of each base dialogue (consecutive lines): a random sample would break those groups."""
+    sets = {}
+    for item in items:
+        name, path, n = parse_data(item)
+        if not name or not path or name in sets:
+            raise ValueError(f"--data {item!r}: give each data set once, as NAME=FILE.jsonl[@N]")
+        dialogues = load_dialogues(DataSelection(input=path), None)
+        if n is not None and any(probe_turn(d) for d in dialogues):
+            lines = max(4, n - n % 4)
+            raise ValueError(f"{path} holds cross-turn probe dialogues, four versions of each base dialogue: @{n} would sample "
+                             f"them apart. Use the whole file, or cut its first lines into a file first "
+                             f"(e.g. `{'zcat' if path.endswith('.gz') else 'cat'} {path} | head -n {lines} > probe_{lines // 4}.jsonl`)")
+        sets[name] = sample(dialogues, n) if n is not None else dialogues
+    return sets
+
+
 def main(config_path: str, scorers: list[str], data: list[str], out: Path, overrides: list[str] | None = None) -> dict:
-    """Every scorer on every data set (NAME=FILE.jsonl[@N]), one engine; a table of their figures."""
+    """Every scorer on every data set (NAME=FILE.jsonl[@N]), one engine, under the output folder's
+    lock; a table of their figures. Rows with failed dialogues say so (`failed_dialogues`); a
+    second run scores only those."""
+    with folder_lock(out):
+        return benchmark(config_path, scorers, data, out, overrides)
+
+
+def benchmark(config_path: str, scorers: list[str], data: list[str], out: Path, overrides: list[str] | None) -> dict:
     unknown = sorted(set(scorers) - set(SCORERS))
     if unknown:
         raise ValueError(f"unknown scorer {unknown[0]!r}: one of {', '.join(SCORERS)}")
     tree = load_config(config_path, overrides or [])
     tree.pop("data", None)
+    configs = {scorer: EvalConfig.model_validate({**tree, "scorer": scorer}) for scorer in scorers}
+    sets = load_data(data)
+    if "student" in configs and configs["student"].backend is not None:
+        check_student_format(configs["student"].backend, configs["student"].student)
+    for name in sets:  # earlier results made otherwise are refused now, not after hours of scoring
+        for scorer, config in configs.items():
+            finished(out / scorer / name / "results.jsonl", config.provenance())
+    # One backend section serves every scorer (the config's): the engine is built from it once,
+    # checked for every adapter the scorers ask for.
+    build = backend_factory(configs[scorers[0]], [adapter_of(c) for c in configs.values()])
     backend = None
 
     def shared_backend():
         nonlocal backend
-        backend = backend or backend_factory(config)()
+        backend = backend or build()
         return backend
 
     results: dict = {}
-    for item in data:
-        name, path, n = parse_data(item)
-        dialogues = load_dialogues(DataSelection(input=path, sample=n), None)
-        for scorer in scorers:
-            config = EvalConfig.model_validate({**tree, "scorer": scorer})
-            results_file = out / scorer / name / "results.jsonl"
-            provenance = {"scorer": scorer, "model": config.backend.model if config.backend else None, "settings": config.settings()}
+    for name, dialogues in sets.items():
+        for scorer, config in configs.items():
+            folder = out / scorer / name
+            folder.mkdir(parents=True, exist_ok=True)
+            provenance = config.provenance()
             start = time.perf_counter()
-            stats = run(dialogues, machine_for(config), shared_backend, results_file, max_active=config.max_active,
-                        total=len(dialogues), provenance=provenance, desc=f"{scorer} on {name}")
+            with open(folder / "failed.jsonl", "w", encoding="utf-8") as failed_out:  # this run's failures, as run_to_folder writes them
+                stats = run(dialogues, machine_for(config), shared_backend, folder / "results.jsonl", max_active=config.max_active,
+                            total=len(dialogues), provenance=provenance, desc=f"{scorer} on {name}", schedule=config.schedule,
+                            failed_out=failed_out)
             wall = time.perf_counter() - start if stats.labelled == len(dialogues) and stats.cached_calls == 0 else None
-            scored = read_scored(results_file, {d.id for d in dialogues})
-            results.setdefault(name, {})[scorer] = figures(scored, wall)
+            scored = read_scored(folder / "results.jsonl", {d.id for d in dialogues})
+            results.setdefault(name, {})[scorer] = figures(scored, wall, len(stats.failed))
             if scorer == "q2":
                 results[name]["q2 w/o NLI"] = without_nli(scored, config.q2.threshold)
-            out.mkdir(parents=True, exist_ok=True)
             (out / "benchmark.json").write_text(json.dumps({"config": config_path, "results": results}, indent=2))
     text = table(results)
     (out / "benchmark.md").write_text(text + "\n")
     print(text)
     return results
-

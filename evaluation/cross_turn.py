@@ -23,7 +23,8 @@ import random
 import re
 from collections import Counter, defaultdict
 
-from fastvista.schema import Dialogue, Gold, GoldClaim, ScoredDialogue, Turn
+from fastvista.evaluation.baselines.judge import JudgeConfig
+from fastvista.schema import Dialogue, Gold, GoldClaim, ScoredDialogue, Turn, TurnResult
 
 TYPES = {  # type: (expected claim label, turn hallucinated)
     "contradict": ("CONTRADICTED", True),
@@ -39,6 +40,10 @@ TEMPLATES = {
     "unsupported": ("Also, {fact_lc}", "Oh, and {fact_lc}"),
 }
 MIN_WORDS, MAX_WORDS = 8, 30
+# The judge sees this many turns of history: a fact turn further back than that from the probe turn
+# is out of its sight, so the report splits each version by that gap.
+WINDOW = JudgeConfig().history_turns
+GAPS = (f"gap <= {WINDOW}", f"gap > {WINDOW}")
 _OPENERS = {"the", "a", "an", "in", "on", "at", "as", "by", "from", "for", "since", "after", "during", "with", "of", "to",
             "each", "every", "many", "most", "some", "one", "two", "three", "unlike", "like", "although", "while",
             "unqualified", "originally", "today", "currently", "later", "however", "there", "two", "both", "all", "any"}
@@ -233,56 +238,73 @@ def probe_turn(dialogue: Dialogue) -> tuple[int, str] | None:
     return next(((i, t.meta["probe"]) for i, t in enumerate(dialogue.turns) if t.meta and t.meta.get("probe") in TYPES), None)
 
 
+def shares(turns: list[TurnResult], kind: str, claimless: bool) -> dict:
+    """Probe turns of one version: how many, the share flagged hallucinated (detection for
+    contradict/unsupported, false alarms for restate/abstain), of correct decisions, and of turns
+    with a claim of the expected label (None for a scorer that gives no claims at all, as the judge
+    and Q2, which decide turns only)."""
+    label, hallucinated = TYPES[kind]
+    n = len(turns)
+    if not n:
+        return {"n": 0, "flagged_share": None, "correct_decision_share": None, "expected_label_share": None}
+    share = round(sum(bool(t.hallucinated) for t in turns) / n, 4)
+    expected = None if claimless else round(sum(any(c.label.value == label for c in t.claims) for t in turns) / n, 4)
+    return {"n": n, "flagged_share": share, "correct_decision_share": share if hallucinated else round(1 - share, 4),
+            "expected_label_share": expected}
+
+
 def cross_turn_report(scored: list[ScoredDialogue], failed: list[dict] | None = None) -> dict:
-    """Per probe version: probe turns scored, the share flagged hallucinated (detection for
-    contradict/unsupported, false alarms for restate/abstain), the labels the scorer gave, and the
-    probe dialogues left without a probe-turn result (not scored, or failed: `failed.jsonl`)."""
-    rows: dict[str, dict] = defaultdict(lambda: {"n": 0, "flagged": 0, "labels": Counter(), "no_claim": 0, "unscored": 0, "expected": 0})
+    """Per probe version: the figures of `shares`, also by the gap between fact turn and probe
+    turn (within the judge's history window or beyond it), the labels the scorer gave, and the probe
+    dialogues left without a probe-turn result (not scored, or failed: `failed.jsonl`)."""
+    turns: dict[str, list[tuple[int, TurnResult]]] = defaultdict(list)  # version: (gap, probe turn result)
+    unscored: Counter = Counter()
     for s in scored:
         found = probe_turn(s.dialogue)
         if found is None:
             continue
         index, kind = found
-        row = rows[kind]
         turn = next((t for t in s.turns if t.index == index), None)
         if turn is None:
-            row["unscored"] += 1
-            continue
-        row["n"] += 1
-        row["flagged"] += bool(turn.hallucinated)
-        row["labels"].update(c.label.value for c in turn.claims)
-        row["expected"] += any(c.label.value == TYPES[kind][0] for c in turn.claims)
-        row["no_claim"] += not turn.claims
+            unscored[kind] += 1
+        else:
+            turns[kind].append((index - s.dialogue.turns[index].meta["fact_turn"], turn))
     for f in failed or []:
         kind = str(f.get("id", "")).rpartition("#")[2]
         if kind in TYPES:
-            rows[kind]["unscored"] += 1
+            unscored[kind] += 1
+    claimless = not any(t.claims for rows in turns.values() for _, t in rows)
     report = {}
-    for kind, (label, hallucinated) in TYPES.items():
-        if kind not in rows:
+    for kind, (label, _) in TYPES.items():
+        if kind not in turns and kind not in unscored:
             continue
-        r = rows[kind]
-        share = round(r["flagged"] / r["n"], 4) if r["n"] else None
-        report[kind] = {"n": r["n"], "expected": label, "flagged_share": share,
-                        "correct_decision_share": None if share is None else share if hallucinated else round(1 - share, 4),
-                        "expected_label_share": round(r["expected"] / r["n"], 4) if r["n"] else None,
-                        "claim_labels": dict(r["labels"]), "no_claim_turns": r["no_claim"], "without_result": r["unscored"]}
+        rows = turns[kind]
+        report[kind] = {**shares([t for _, t in rows], kind, claimless), "expected": label,
+                        "by_gap": {GAPS[0]: shares([t for g, t in rows if g <= WINDOW], kind, claimless),
+                                   GAPS[1]: shares([t for g, t in rows if g > WINDOW], kind, claimless)},
+                        "claim_labels": dict(Counter(c.label.value for _, t in rows for c in t.claims)),
+                        "no_claim_turns": sum(not t.claims for _, t in rows), "without_result": unscored[kind]}
     return report
 
 
 def cross_turn_table(reports: dict[str, dict]) -> str:
     """Scorers side by side: per probe version, the share of correct turn decisions (detections
     for contradict and unsupported, no false alarm for restate and abstain) and of probe turns
-    with a claim of the expected label."""
+    with a claim of the expected label ("-": the scorer gives no claims); under each scorer, the
+    same by the gap between fact turn and probe turn."""
     header = "| scorer | " + " | ".join(f"{k}: correct decision / expected label" for k in TYPES) + " | without result |"
     lines = [header, "|---|" + "---|" * len(TYPES) + "---|"]
 
     def cell(row: dict | None) -> str:
         if not row or row["n"] == 0:
             return "-"
-        return f"{row['correct_decision_share']:.2f} / {row['expected_label_share']:.2f} (n={row['n']})"
+        expected = "-" if row["expected_label_share"] is None else f"{row['expected_label_share']:.2f}"
+        return f"{row['correct_decision_share']:.2f} / {expected} (n={row['n']})"
 
     for name, report in reports.items():
         missing = sum(r["without_result"] for r in report.values())
         lines.append(f"| {name} | " + " | ".join(cell(report.get(k)) for k in TYPES) + f" | {missing} |")
+        for gap in GAPS:
+            cells = (cell(report[k]["by_gap"][gap] if k in report else None) for k in TYPES)
+            lines.append(f"| {name}, {gap} | " + " | ".join(cells) + " | - |")
     return "\n".join(lines)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from fastvista.config import DataSelection, selected
 from fastvista.infer.run import check_student_format
-from fastvista.llm import fingerprint
 from fastvista.scheduler import locked_folder, read_failed, run_to_folder
 from fastvista.summary import summarise
 from fastvista.evaluation.compare import against_gold
@@ -24,9 +23,7 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     if config.scorer == "student" and config.backend is not None:
         check_student_format(config.backend, config.student)
     machine = machine_for(config)
-    provenance = {"scorer": config.scorer, "model": config.backend.model if config.backend else None,
-                  "weights": fingerprint(config.backend) if config.backend else None,
-                  "settings": config.settings(), "data": data.model_dump()}
+    provenance = {**config.provenance(), "data": data.model_dump()}
     scored, run_report = run_to_folder(dialogues, machine, backend_factory(config), out_dir / "results.jsonl",
                                        skipped, provenance, config.max_active, progress, config.scorer, config.schedule)
     summary = {**summarise(scored), **run_report}

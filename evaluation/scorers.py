@@ -12,6 +12,8 @@ dialogue go to the engine together.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Literal, Optional
@@ -24,12 +26,15 @@ from fastvista.scheduler import Schedule
 from fastvista.schema import Dialogue
 from fastvista.scoring import scored_dialogue
 from fastvista.text import recent
+from fastvista.contract import FORMAT_VERSION
+from fastvista.evaluation.baselines import factscore, judge, steps
 from fastvista.evaluation.baselines.factscore import FactScoreConfig, factscore_turn
 from fastvista.evaluation.baselines.judge import JudgeConfig, judge_turn
 from fastvista.evaluation.baselines.q2 import Q2Config, q2_turn
 from fastvista.evaluation.baselines.steps import HFSteps, LLMSteps, Spacy
 from fastvista.infer.student import StudentConfig, score_dialogue
 from fastvista.synth.pipeline import TeacherConfig, label_dialogue
+from fastvista.synth.prompts import PROMPTS_VERSION
 
 SCORERS = ("teacher", "student", "q2", "factscore", "judge")
 Scorer = Literal["teacher", "student", "q2", "factscore", "judge"]
@@ -53,6 +58,30 @@ class EvalConfig(BaseModel):
 
     def settings(self) -> dict:
         return getattr(self, self.scorer).model_dump(mode="json")
+
+    def provenance(self) -> dict:
+        """What decides this scorer's results (model, weights, prompts, settings): results made
+        otherwise are refused on resume rather than mixed in."""
+        from fastvista.llm import fingerprint
+
+        return {"scorer": self.scorer, "model": self.backend.model if self.backend else None,
+                "weights": fingerprint(self.backend) if self.backend else None,
+                "prompts_version": PROMPTS_VERSIONS[self.scorer], "settings": self.settings()}
+
+
+def _digest(*prompts) -> str:
+    return hashlib.sha256(json.dumps(prompts).encode()).hexdigest()[:12]
+
+
+# The prompts each scorer's answers depend on: the teacher's and the student's carry versions, the
+# baselines' are told apart by their text, so an edited prompt never resumes old results.
+PROMPTS_VERSIONS = {
+    "teacher": PROMPTS_VERSION,
+    "student": f"student-format-v{FORMAT_VERSION}",
+    "q2": _digest(steps.QG_SYSTEM, steps.QA_SYSTEM, steps.NLI_SYSTEM),
+    "factscore": _digest(factscore.FACTS_SYSTEM, factscore.FACTS_EXAMPLES, factscore.SUPPORT_SYSTEM),
+    "judge": _digest(judge.JUDGE_SYSTEM),
+}
 
 
 def per_turn(dialogue: Dialogue, turn_machine: Callable, claimless: bool):
@@ -110,12 +139,19 @@ def machine_for(config: EvalConfig) -> Callable[[Dialogue], object]:
     return judge
 
 
-def backend_factory(config: EvalConfig) -> Callable[[], Backend]:
+def adapter_of(config: EvalConfig) -> Optional[str]:
+    """The LoRA adapter the scorer prompts (None: the backend's base model)."""
+    return config.student.adapter if config.scorer == "student" else None
+
+
+def backend_factory(config: EvalConfig, adapters: Optional[list[Optional[str]]] = None) -> Callable[[], Backend]:
+    """The backend, checked when it starts for `adapters` (default: the scorer's own), so an
+    engine several scorers share refuses an adapter one of them lacks before any of them runs."""
     def build() -> Backend:
         if config.backend is None:
             raise ValueError(f"scorer {config.scorer!r} prompts an LLM: give a backend section in the config")
         from fastvista.llm import make_checked_backend
 
-        return make_checked_backend(config.backend, [config.student.adapter if config.scorer == "student" else None])
+        return make_checked_backend(config.backend, adapters or [adapter_of(config)])
 
     return build

@@ -27,17 +27,32 @@ from fastvista.evaluation.compare import against_gold
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.llm import BackendConfig, fingerprint, make_backend
 from fastvista.records_io import read_scored
-from fastvista.scheduler import run
+from fastvista.scheduler import finished, folder_lock, run
 from fastvista.synth import calibrate
 from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 from fastvista.synth.prompts import PROMPTS_VERSION
 
 
-def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, weights: dict, out: Path, folds: int) -> dict:
+def provenance(teacher: TeacherConfig, weights: dict) -> dict:
+    """What decides a variant's labels: results made otherwise are refused on resume."""
+    return {"prompts_version": PROMPTS_VERSION, "weights": weights, "teacher": teacher.model_dump(mode="json")}
+
+
+def check_resumable(path: Path, teacher: TeacherConfig, weights: dict) -> None:
+    """Refuse, before any engine starts, earlier results in `path` made with other settings."""
+    finished(path, provenance(teacher, weights))
+
+
+def measure(name: str, teacher: TeacherConfig, dialogues, backend_factory, weights: dict, out: Path, folds: int,
+            max_active: int = 256) -> dict:
+    """One variant labelled (resumed) into OUT/NAME/labelled.jsonl, its failures with reasons in
+    OUT/NAME/failed.jsonl (tried again by the next run), and its figures."""
     path = out / name / "labelled.jsonl"
-    provenance = {"prompts_version": PROMPTS_VERSION, "weights": weights, "teacher": teacher.model_dump(mode="json")}
+    path.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    stats = run(dialogues, lambda d: label_dialogue(d, teacher), backend_factory, path, total=len(dialogues), provenance=provenance, desc=name)
+    with open(path.parent / "failed.jsonl", "w", encoding="utf-8") as failed_out:
+        stats = run(dialogues, lambda d: label_dialogue(d, teacher), backend_factory, path, max_active=max_active,
+                    total=len(dialogues), provenance=provenance(teacher, weights), desc=name, failed_out=failed_out)
     wall = time.perf_counter() - start
     scored = read_scored(path, {d.id for d in dialogues})
     turns = [t for d in scored for t in d.turns]
@@ -111,7 +126,8 @@ def table(rows: dict) -> str:
 
 def main(config: str, variants_file: Path, data: DataSelection, out: Path, only: list[str] | None = None, folds: int = 5,
          overrides: list[str] | None = None) -> dict:
-    """Each variant of `variants_file` (teacher settings over the config's) on `data`, one engine."""
+    """Each variant of `variants_file` (teacher settings over the config's) on `data`, one engine,
+    under the output folder's lock; every variant's settings and earlier results checked first."""
     tree = load_config(config, overrides or [])
     backend_config = BackendConfig.model_validate(tree["backend"])
     variants = yaml.safe_load(Path(variants_file).read_text())
@@ -119,6 +135,9 @@ def main(config: str, variants_file: Path, data: DataSelection, out: Path, only:
     if unknown:
         raise ValueError(f"no such variant in {variants_file}: {', '.join(sorted(unknown))}")
     dialogues = load_dialogues(data, None)
+    weights = fingerprint(backend_config)
+    teachers = {name: TeacherConfig.model_validate({**tree.get("teacher", {}), **settings})
+                for name, settings in variants.items() if not only or name in only}
     backend = None
 
     def shared_backend():
@@ -127,13 +146,12 @@ def main(config: str, variants_file: Path, data: DataSelection, out: Path, only:
         return backend
 
     rows = {}
-    for name, settings in variants.items():
-        if only and name not in only:
-            continue
-        teacher = TeacherConfig.model_validate({**tree.get("teacher", {}), **settings})
-        rows[name] = measure(name, teacher, dialogues, shared_backend, fingerprint(backend_config), out, folds)
-        (out / "quality.json").write_text(json.dumps({"model": backend_config.model, "input": data.input, "variants": rows}, indent=2))
+    with folder_lock(out):
+        for name, teacher in teachers.items():
+            check_resumable(out / name / "labelled.jsonl", teacher, weights)
+        for name, teacher in teachers.items():
+            rows[name] = measure(name, teacher, dialogues, shared_backend, weights, out, folds, tree.get("max_active", 256))
+            (out / "quality.json").write_text(json.dumps({"model": backend_config.model, "input": data.input, "variants": rows}, indent=2))
     (out / "quality.md").write_text(table(rows) + "\n")
     print(table(rows))
     return rows
-

@@ -180,6 +180,15 @@ def report_run(summary: dict, keys: list[str], out: Path, files: str) -> None:
         raise typer.Exit(3)
 
 
+def exit_on_failed_cells(cells: list[str], out: Path) -> None:
+    """Exit 3 when a table's cells hold failed dialogues (CELL/failed.jsonl says why; the same
+    command tries them again), so no script takes a partial table for a whole one."""
+    if cells:
+        typer.secho(f"error: dialogues could not be labelled in {', '.join(cells)}; reasons in {out}/<cell>/failed.jsonl. "
+                    "Fix the cause and run the same command again: it labels only those.", fg=typer.colors.RED, err=True)
+        raise typer.Exit(3)
+
+
 def parse_options(options: List[str]) -> dict:
     parsed = {}
     for item in options:
@@ -569,9 +578,14 @@ def eval_ablation(
 ):
     """The teacher's ablation table (full, no history, no accumulation, zero-shot, both off) on
     every data set of the config, one engine for all; resumable."""
-    from fastvista.evaluation.ablation import AblationConfig, main
+    from fastvista.config import load_config
+    from fastvista.evaluation.ablation import AblationConfig, failures, main
 
-    run_configured(AblationConfig, main, config, set_, out)
+    try:
+        cells = main(AblationConfig.model_validate(load_config(str(config), set_)), out)
+    except RUN_ERRORS as e:
+        fail(str(e))
+    exit_on_failed_cells(failures(cells), out)
 
 
 @eval_app.command("engine-start")
@@ -633,26 +647,37 @@ def eval_teacher_quality(
     from fastvista.config import DataSelection
 
     try:
-        main(str(config), variants, DataSelection(input=input, source=source, limit=limit, sample=sample), out, only, folds, set_)
+        rows = main(str(config), variants, DataSelection(input=input, source=source, limit=limit, sample=sample), out, only, folds, set_)
     except RUN_ERRORS as e:
         fail(str(e))
+    exit_on_failed_cells([f"{name}: {r['failed_dialogues']}" for name, r in rows.items() if r["failed_dialogues"]], out)
 
 
 @eval_app.command("benchmark")
 def eval_benchmark(
     config: Path = typer.Option(..., "--config", "-c", help="An eval config: backend and each scorer's settings (configs/eval/*.yaml)."),
     scorer: List[str] = typer.Option(..., help="teacher | student | q2 | factscore | judge (repeatable)."),
-    data: List[str] = typer.Option(..., help="NAME=FILE.jsonl[@N]: all dialogues, or a seeded sample of N (repeatable)."),
-    out: Path = typer.Option(Path("runs/baselines"), "--out", "-o", help="Output folder: OUT/SCORER/NAME/results.jsonl, benchmark.json, benchmark.md."),
+    data: List[str] = typer.Option(..., help="NAME=FILE.jsonl[@N]: all dialogues, or a seeded sample of N (repeatable; "
+                                   "the cross-turn probe only whole)."),
+    out: Path = typer.Option(Path("runs/baselines"), "--out", "-o", help="Output folder: OUT/SCORER/NAME/results.jsonl and failed.jsonl, "
+                             "benchmark.json, benchmark.md."),
     set_: List[str] = typer.Option([], "--set", help="Override any config key."),
 ):
-    """Scorers side by side on human-labelled dialogues, one engine for all of them."""
+    """Scorers side by side on human-labelled dialogues, one engine for all of them. Exits 3 when
+    dialogues failed (as `report_run`): they are in OUT/SCORER/NAME/failed.jsonl, and the same
+    command tries them again."""
     from fastvista.evaluation.benchmark import main
 
     try:
-        main(str(config), scorer, data, out, set_)
+        results = main(str(config), scorer, data, out, set_)
     except RUN_ERRORS as e:
         fail(str(e))
+    failed = [f"{name} on {data_name}: {r['failed_dialogues']}" for data_name, rows in results.items()
+              for name, r in rows.items() if r.get("failed_dialogues")]
+    if failed:
+        typer.secho(f"error: dialogues could not be scored ({'; '.join(failed)}); reasons in {out}/SCORER/NAME/failed.jsonl. "
+                    "Fix the cause and run the same command again: it scores only those.", fg=typer.colors.RED, err=True)
+        raise typer.Exit(3)
 
 
 @eval_app.command("report")

@@ -271,6 +271,82 @@ def test_benchmark_compares_scorers_on_one_engine_and_derives_q2_without_nli(tmp
     assert (tmp_path / "b" / "benchmark.md").read_text().count("| toy |") == 3
 
 
+def toy_set(path, texts=(("Paris is the capital of France.", "faithful"), ("Lyon is the capital of Spain.", "hallucinated"))):
+    path.write_text("".join(Dialogue(id=f"d{k}", source="s", turns=[Turn(role="assistant", text=t, reference="Paris is the capital of France.",
+                                                                        gold=Gold(label=g))]).model_dump_json() + "\n" for k, (t, g) in enumerate(texts)))
+    return path
+
+
+def benchmark_args(tmp_path, server, *args):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"backend: {{kind: openai, model: scripted, base_url: '{server.url}', api_key_env: HOME}}\n")
+    return ["eval", "benchmark", "-c", str(config), "--out", str(tmp_path / "b"), *args]
+
+
+def provenance(path):
+    return json.loads(path.read_text().splitlines()[0])["provenance"]
+
+
+def test_benchmark_results_record_weights_and_prompts_and_a_resume_refuses_others(tmp_path, monkeypatch):
+    from fastvista import llm
+    from fastvista.evaluation import scorers
+    from fastvista.evaluation.baselines import judge as judge_prompts
+    from fastvista.synth.prompts import PROMPTS_VERSION
+
+    records = toy_set(tmp_path / "in.jsonl")
+    with FakeOpenAI() as server:
+        args = benchmark_args(tmp_path, server, "--scorer", "teacher", "--scorer", "student", "--scorer", "judge", "--data", f"toy={records}")
+        first = CliRunner().invoke(app, args)
+        assert first.exit_code == 0, first.output
+        teacher, student, judge = (provenance(tmp_path / f"b/{s}/toy/results.jsonl") for s in ("teacher", "student", "judge"))
+        assert teacher["prompts_version"] == PROMPTS_VERSION and student["prompts_version"] == "student-format-v1"
+        assert len(judge["prompts_version"]) == 12  # the baselines' prompts are told apart by their text
+        assert teacher["weights"] == judge["weights"] == {"model": "scripted", "model_sha256": None, "adapters": {}}
+        assert CliRunner().invoke(app, args).exit_code == 0  # the same weights and prompts: resumed
+        # other weights behind the same model name, or new teacher prompts: refused, never mixed in
+        monkeypatch.setattr(llm, "fingerprint", lambda config: {"model": "scripted", "model_sha256": "retrained", "adapters": {}})
+        other_weights = CliRunner().invoke(app, args)
+        assert other_weights.exit_code == 2 and "other settings (differing: weights)" in other_weights.output
+        monkeypatch.undo()
+        monkeypatch.setitem(scorers.PROMPTS_VERSIONS, "teacher", "teacher-v2")
+        other_prompts = CliRunner().invoke(app, args)
+        assert other_prompts.exit_code == 2 and "other settings (differing: prompts_version)" in other_prompts.output
+        monkeypatch.undo()
+        # an edited judge prompt is a new version too: its old results are refused
+        monkeypatch.setattr(judge_prompts, "JUDGE_SYSTEM", judge_prompts.JUDGE_SYSTEM + " Be brief.")
+        monkeypatch.setitem(scorers.PROMPTS_VERSIONS, "judge", scorers._digest(judge_prompts.JUDGE_SYSTEM))
+        edited = CliRunner().invoke(app, args)
+        assert edited.exit_code == 2 and "judge/toy/results.jsonl:1 was made with other settings (differing: prompts_version)" in edited.output
+
+
+def test_benchmark_checks_the_shared_engine_for_every_scorers_adapter_before_any_scores(tmp_path):
+    records = toy_set(tmp_path / "in.jsonl")
+    with FakeOpenAI() as server:  # serves "student", not "student2"
+        result = CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", "judge", "--scorer", "student", "--set", "student.adapter=student2",
+                                                        "--data", f"toy={records}"))
+        assert result.exit_code == 2 and "does not serve 'student2'" in result.output
+        assert sum(server.received.values()) == 0  # the judge, first, was not run on an engine that cannot serve the student
+    assert (tmp_path / "b/judge/toy/results.jsonl").read_text() == ""
+
+
+def test_benchmark_writes_failures_per_scorer_and_data_set_and_exits_3(tmp_path):
+    from fastvista.scheduler import read_failed
+
+    records = toy_set(tmp_path / "in.jsonl", [("Paris is the capital of France.", "faithful"), ("GARBLE is a word.", "hallucinated")])
+    broken = toy_set(tmp_path / "broken.jsonl", [("GARBLE is a word.", "hallucinated")])
+    with FakeOpenAI() as server:
+        args = benchmark_args(tmp_path, server, "--scorer", "judge", "--data", f"toy={records}", "--data", f"broken={broken}")
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 3 and "judge on toy: 1; judge on broken: 1" in result.output
+        assert [f["id"] for f in read_failed(tmp_path / "b/judge/toy")] == ["d1"]
+        table = (tmp_path / "b/benchmark.md").read_text()
+        assert "| toy | judge | 1 | 1 | 1.0 |" in table
+        assert table.splitlines()[-1].startswith("| broken | judge | 0 | 1 | – |")  # every dialogue failed: no figures, no crash
+        again = CliRunner().invoke(app, args)  # the same command tries only the failed ones again
+        assert again.exit_code == 3 and [f["id"] for f in read_failed(tmp_path / "b/judge/toy")] == ["d1"]
+        assert sum(1 for body in server.received if "Paris is the capital" in body and "GARBLE" not in body) == 1
+
+
 def test_benchmark_table_shows_vistas_metric_beside_the_baseline():
     from fastvista.evaluation.benchmark import table
     from fastvista.evaluation.metrics import accuracy
@@ -280,11 +356,41 @@ def test_benchmark_table_shows_vistas_metric_beside_the_baseline():
     predicted = [True] * 4 + [False] * 6
     separation = {"roc_auc": 0.8, "mean_faithful": 0.9, "mean_hallucinated": 0.4}
     results = {"toy": {"judge": {"turn_accuracy": accuracy(predicted, gold), "separation": separation, "calls_per_turn": 1.0,
-                                 "prompt_tokens_per_turn": 200, "completion_tokens_per_turn": 3, "seconds_per_turn": 0.5},
+                                 "prompt_tokens_per_turn": 200, "completion_tokens_per_turn": 3, "seconds_per_turn": 0.5,
+                                 "failed_dialogues": 2},
                        "q2 w/o NLI": {"turn_accuracy": accuracy(gold, gold), "separation": separation}}}
     header, rule, judge, q2_row = table(results).splitlines()
-    assert header == ("| data | scorer | n | accuracy | precision | recall | F1 (halluc. +) | macro-F1 | always halluc. acc / F1 | always faithful | "
+    assert header == ("| data | scorer | n | failed dialogues | accuracy | precision | recall | F1 (halluc. +) | macro-F1 | always halluc. acc / F1 | always faithful | "
                       "score AUC | mean score faithful / halluc. | calls/turn | tokens/turn | s/turn |")
     assert rule.count("---") == header.count("|") - 1
-    assert judge == "| toy | judge | 10 | 0.7 | 0.75 | 0.6 | 0.6667 | 0.697 | 0.5 / 0.6667 | 0.5 | 0.8 | 0.9 / 0.4 | 1.0 | 203 | 0.5 |"
-    assert q2_row == "| toy | q2 w/o NLI | 10 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | 0.5 / 0.6667 | 0.5 | 0.8 | 0.9 / 0.4 | - | - | - |"
+    assert judge == "| toy | judge | 10 | 2 | 0.7 | 0.75 | 0.6 | 0.6667 | 0.697 | 0.5 / 0.6667 | 0.5 | 0.8 | 0.9 / 0.4 | 1.0 | 203 | 0.5 |"
+    assert q2_row == "| toy | q2 w/o NLI | 10 | - | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | 0.5 / 0.6667 | 0.5 | 0.8 | 0.9 / 0.4 | - | - | - |"
+
+
+def test_the_table_commands_refuse_a_folder_another_run_is_writing(tmp_path):
+    from fastvista.config import DataSelection
+    from fastvista.evaluation import ablation, teacher_quality
+    from fastvista.scheduler import folder_lock
+
+    records = toy_set(tmp_path / "in.jsonl")
+    config = tmp_path / "c.yaml"
+    config.write_text("backend: {kind: openai, model: scripted, base_url: 'http://127.0.0.1:9', api_key_env: HOME}\n")
+    variants = tmp_path / "v.yaml"
+    variants.write_text("full: {}\n")
+    runs = {
+        "benchmark": lambda out: CliRunner().invoke(app, ["eval", "benchmark", "-c", str(config), "--out", str(out), "--scorer", "judge",
+                                                          "--data", f"toy={records}"]),
+        "teacher-quality": lambda out: teacher_quality.main(str(config), variants, DataSelection(input=str(records)), out),
+        "ablation": lambda out: ablation.main(ablation.AblationConfig(synth_config=str(config), variants={"full": {}},
+                                                                      data={"toy": {"input": str(records)}}), out),
+    }
+    for name, start in runs.items():
+        out = tmp_path / name
+        with folder_lock(out):  # another run holds the folder
+            try:
+                result = start(out)
+                message = result.output
+            except RuntimeError as e:
+                message = str(e)
+        assert f"another run is writing to {out}" in message, name
+        assert sorted(p.name for p in out.iterdir()) == [".lock"], name  # nothing written beside the lock

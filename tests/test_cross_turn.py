@@ -1,11 +1,21 @@
 """The cross-turn probe: facts stated early, a later turn that contradicts, retracts, restates or
 adds to them, with the fact taken out of the later turn's reference."""
 
+import json
 import random
 
-from fastvista.evaluation.cross_turn import (TYPES, contradiction, cross_turn_report, fact_sentences, probe_dialogues,
-                                             repeats, sentences)
-from fastvista.schema import Claim, Dialogue, ScoredDialogue, Turn, TurnResult
+from typer.testing import CliRunner
+
+from fastvista.cli import app
+from fastvista.evaluation.baselines.judge import JudgeConfig
+from fastvista.evaluation.cross_turn import (TYPES, WINDOW, contradiction, cross_turn_report, cross_turn_table, fact_sentences,
+                                             probe_dialogues, repeats, sentences)
+from fastvista.evaluation.scorers import EvalConfig, machine_for
+from fastvista.protocol import drive
+from fastvista.records_io import write_jsonl
+from fastvista.schema import Claim, Dialogue, Gold, ScoredDialogue, Turn, TurnResult
+from tests.fake_openai import FakeOpenAI
+from tests.scripted import ScriptedBackend
 
 REF_A = ("Lighthouse (tower): A lighthouse is a tower designed to emit light from a system of lamps and lenses. "
          "The tallest lighthouse in the harbour was built in 1902 by the city engineers of the port. "
@@ -79,8 +89,9 @@ def test_each_usable_dialogue_gives_four_versions_whose_probe_turn_only_memory_c
             assert new in probe.text and probe.text != meta["fact"]
 
 
-def scored(kind: str, hallucinated: bool, labels: list[str]) -> ScoredDialogue:
-    [probe] = [p for p in probe_dialogues([dialogue()], seed=0)[0] if p.id.endswith(f"#{kind}")]
+def scored(kind: str, hallucinated: bool, labels: list[str], scored_turns: int = 3) -> ScoredDialogue:
+    """A result on the probe of `dialogue(scored_turns)`, whose fact turn is 2 * (scored_turns - 1) turns before its probe turn."""
+    [probe] = [p for p in probe_dialogues([dialogue(scored_turns)], seed=0)[0] if p.id.endswith(f"#{kind}")]
     claims = [Claim(text="x", label=label) for label in labels]
     last = TurnResult(index=len(probe.turns) - 1, claims=claims, score=0.0, no_claims=not claims, hallucinated=hallucinated)
     first = TurnResult(index=probe.turns[-1].meta["fact_turn"], claims=[], score=1.0, no_claims=True, hallucinated=True)
@@ -107,11 +118,59 @@ def test_the_report_finds_the_probe_turn_by_its_meta_even_in_a_cut_dialogue():
 
 
 def test_scorers_side_by_side_show_correct_decisions_and_expected_labels_per_version():
-    from fastvista.evaluation.cross_turn import cross_turn_table
-
     memory = cross_turn_report([scored("contradict", True, ["CONTRADICTED"]), scored("restate", False, ["VERIFIED"])])
     forgetful = cross_turn_report([scored("contradict", True, ["LACKING_EVIDENCE"]), scored("restate", True, ["LACKING_EVIDENCE"])])
     assert memory["contradict"]["expected_label_share"] == 1.0 and forgetful["contradict"]["expected_label_share"] == 0.0
     table = cross_turn_table({"teacher": memory, "no accumulation": forgetful})
     assert "| teacher | 1.00 / 1.00 (n=1) | - | 1.00 / 1.00 (n=1) | - | 0 |" in table
     assert "| no accumulation | 1.00 / 0.00 (n=1) | - | 0.00 / 0.00 (n=1) | - | 0 |" in table
+
+    # a scorer that decides turns without claims (the judge, Q2): no expected-label share, not 0
+    judge = cross_turn_report([scored("contradict", True, []), scored("restate", True, [])])
+    assert judge["contradict"]["expected_label_share"] is None and judge["contradict"]["correct_decision_share"] == 1.0
+    assert "| judge | 1.00 / - (n=1) | - | 0.00 / - (n=1) | - | 0 |" in cross_turn_table({"judge": judge})
+
+
+def test_each_version_is_split_by_whether_the_fact_turn_is_within_the_judges_history():
+    near = scored("contradict", True, ["CONTRADICTED"], scored_turns=5)  # the fact turn 8 turns back
+    far = scored("contradict", False, ["LACKING_EVIDENCE"], scored_turns=6)  # 10 turns back
+    assert WINDOW == JudgeConfig().history_turns == 8
+    # the judge's history holds the fact turn at a gap of 8, not at 10
+    for result, seen in ((near, True), (far, False)):
+        backend = ScriptedBackend()
+        drive(machine_for(EvalConfig(scorer="judge"))(result.dialogue), backend)
+        history = backend.requests[-1].messages[-1]["content"].split("[HISTORY]")[1].split("[TURN]")[0]
+        assert (result.dialogue.turns[-1].meta["fact"] in history) is seen
+    report = cross_turn_report([near, far])
+    assert report["contradict"]["n"] == 2 and report["contradict"]["by_gap"] == {
+        "gap <= 8": {"n": 1, "flagged_share": 1.0, "correct_decision_share": 1.0, "expected_label_share": 1.0},
+        "gap > 8": {"n": 1, "flagged_share": 0.0, "correct_decision_share": 0.0, "expected_label_share": 0.0}}
+    lines = cross_turn_table({"teacher": report}).splitlines()
+    assert lines[2:] == ["| teacher | 0.50 / 0.50 (n=2) | - | - | - | 0 |", "| teacher, gap <= 8 | 1.00 / 1.00 (n=1) | - | - | - | - |",
+                         "| teacher, gap > 8 | 0.00 / 0.00 (n=1) | - | - | - | - |"]
+
+
+def test_the_benchmark_takes_the_probe_whole_and_eval_cross_turn_reads_its_failures(tmp_path):
+    from fastvista.scheduler import read_failed
+
+    probes = probe_dialogues([dialogue()], seed=0)[0]
+    restate = probes[list(TYPES).index("restate")]
+    restate.turns[-1].text = "GARBLE " + restate.turns[-1].text  # the judge cannot read it: this dialogue fails
+    write_jsonl(tmp_path / "probe.jsonl", probes)
+    write_jsonl(tmp_path / "toy.jsonl", [Dialogue(id="t", turns=[Turn(role="assistant", text="Hi.", reference="x", gold=Gold(label="faithful"))])])
+    with FakeOpenAI() as server:
+        config = tmp_path / "c.yaml"
+        config.write_text(f"backend: {{kind: openai, model: scripted, base_url: '{server.url}', api_key_env: HOME}}\n")
+        args = ["eval", "benchmark", "-c", str(config), "--scorer", "judge", "--out", str(tmp_path / "b"), "--data", f"toy={tmp_path / 'toy.jsonl'}"]
+        sampled = CliRunner().invoke(app, [*args, "--data", f"probe={tmp_path / 'probe.jsonl'}@2"])
+        assert sampled.exit_code == 2 and f"{tmp_path / 'probe.jsonl'} holds cross-turn probe dialogues" in sampled.output
+        assert f"cat {tmp_path / 'probe.jsonl'} | head -n 4 > probe_1.jsonl" in sampled.output
+        assert sum(server.received.values()) == 0 and [p.name for p in (tmp_path / "b").iterdir()] == [".lock"]  # checked before the first data set ran
+        whole = CliRunner().invoke(app, [*args, "--data", f"probe={tmp_path / 'probe.jsonl'}"])
+        assert whole.exit_code == 3 and "judge on probe: 1" in whole.output
+    assert [f["id"] for f in read_failed(tmp_path / "b/judge/probe")] == ["d1#restate"]
+    shown = CliRunner().invoke(app, ["eval", "cross-turn", str(tmp_path / "b/judge/probe/results.jsonl")])
+    assert shown.exit_code == 0, shown.output
+    report = json.loads(shown.output)
+    assert report["restate"]["n"] == 0 and report["restate"]["without_result"] == 1
+    assert report["contradict"]["n"] == 1 and report["contradict"]["expected_label_share"] is None  # the judge gives no claims

@@ -66,7 +66,6 @@ def test_unknown_names_pass_through_as_hub_ids_or_paths():
 @pytest.fixture
 def shipped_student(tiny_model, tmp_path, monkeypatch):
     """A tiny base installed as an embedded model, and a student adapter shipped over it."""
-    import hashlib
     import shutil
 
     import torch
