@@ -18,17 +18,16 @@ results) before the engine starts. Writes ablation.json and ablation.md.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from fastvista.config import DataSelection, load_config, load_dialogues
+from fastvista.config import DataSelection, check_name, table_data
 from fastvista.evaluation.cross_turn import TYPES, cross_turn_report
-from fastvista.evaluation.teacher_quality import check_resumable, measure
-from fastvista.llm import BackendConfig, fingerprint, make_backend
-from fastvista.records_io import RecordError, read_scored, to_json_line
+from fastvista.evaluation.teacher_quality import check_cell, measure, synth_config, teacher_of
+from fastvista.llm import fingerprint, make_backend
+from fastvista.records_io import read_scored, write_jsonl
 from fastvista.scheduler import folder_lock, read_failed
 from fastvista.schema import Dialogue
 from fastvista.synth.pipeline import TeacherConfig
@@ -36,7 +35,7 @@ from fastvista.synth.pipeline import TeacherConfig
 
 class AblationData(DataSelection):
     teacher: dict = {}  # what this data set needs in every variant (e.g. gold_claims: true); never a switch
-    skip_bad: bool = False  # go on past bad records (FaithDial's CSVs hold empty rows), each reported in OUT/DATA/skipped.jsonl
+    skip_bad: bool = False  # go on past bad records (FaithDial's CSVs hold empty rows); all left out is in OUT/DATA/skipped.jsonl
 
 
 class AblationConfig(BaseModel):
@@ -49,9 +48,10 @@ class AblationConfig(BaseModel):
 
     @model_validator(mode="after")
     def data_sets_leave_the_switches_to_the_variants(self):
-        for name in [*self.variants, *self.data]:  # each is a folder name
-            if not re.fullmatch(r"\w[\w ,.+-]*", name) or ".." in name:
-                raise ValueError(f"name {name!r}: letters, digits, spaces and , . + - only (it names a folder)")
+        for name in self.variants:
+            check_name(name, "variant")
+        for name in self.data:
+            check_name(name, "data set")
         switches = {"history", "accumulate", "few_shot"} | {k for v in self.variants.values() for k in v}
         for name, data in self.data.items():
             clash = switches & set(data.teacher)
@@ -74,33 +74,26 @@ def moot_switches(teacher: TeacherConfig, dialogues: list[Dialogue]) -> dict[str
 
 @dataclass
 class Plan:
-    """One data set's run: its dialogues, its bad records, and per variant the settings or the
-    earlier variant it equals by construction."""
+    """One data set's run: its dialogues, what it leaves out (bad records, dropped dialogues), and
+    per variant the settings or the earlier variant it equals by construction."""
     dialogues: list[Dialogue]
-    skipped: list[RecordError]
+    left_out: list[dict]
     teachers: dict[str, TeacherConfig] = field(default_factory=dict)
     same_as: dict[str, tuple[str, str]] = field(default_factory=dict)  # variant -> (variant it equals, why)
 
 
-def plan(cfg: AblationConfig, base: dict, weights: dict, out: Path) -> dict[str, Plan]:
-    """Every data set loaded and every cell's settings checked, before any engine starts: a bad
-    path, record or setting, a turn without the human claims `gold_claims` needs, or earlier
-    results made with other settings is an error now, not hours into the run."""
+def plan(cfg: AblationConfig, base: TeacherConfig, weights: dict, out: Path) -> dict[str, Plan]:
+    """Every data set loaded and every cell checked (`check_cell`) before any engine starts: a
+    bad path, record or setting, an empty set, an id twice, a turn without the human claims
+    `gold_claims` needs, or earlier results made otherwise is an error now, not hours in."""
     plans = {}
     for data_name, data in cfg.data.items():
-        skipped: list[RecordError] = []
-        dialogues = load_dialogues(data, skipped if data.skip_bad else None)
-        p = plans[data_name] = Plan(dialogues, skipped)
+        p = plans[data_name] = Plan(*table_data(data, data_name, data.skip_bad))
         effective: dict[str, TeacherConfig] = {}
         for name, settings in cfg.variants.items():
-            teacher = TeacherConfig.model_validate({**base, **settings, **data.teacher})
-            if teacher.gold_claims:
-                missing = next(((d.id, i) for d in dialogues for i in d.scored_indices()
-                                if not (d.turns[i].gold and d.turns[i].gold.claims is not None)), None)
-                if missing:
-                    raise ValueError(f"data set {data_name!r}: {missing[0]} turn {missing[1]} has no human claims, "
-                                     "which gold_claims needs")
-            moot = moot_switches(teacher, dialogues)
+            where = f"data set {data_name!r}, variant {name!r}"
+            teacher = teacher_of(base, settings, data.teacher, where=where)
+            moot = moot_switches(teacher, p.dialogues)
             canonical = teacher.model_copy(update={k: TeacherConfig.model_fields[k].default for k in moot})
             twin = next((v for v, c in effective.items() if c == canonical), None)
             if twin:
@@ -109,11 +102,11 @@ def plan(cfg: AblationConfig, base: dict, weights: dict, out: Path) -> dict[str,
                 continue
             effective[name] = canonical
             p.teachers[name] = teacher
-            check_resumable(out / data_name / name / "labelled.jsonl", teacher, weights)
+            check_cell(out / data_name / name, teacher, p.dialogues, weights, where)
     return plans
 
 
-SHOWN = (("n", "turns"), ("failed", "failed_dialogues"), ("turn acc", "turn_accuracy"), ("precision", "turn_precision"),
+SHOWN = (("n", "gold_turns"), ("failed", "failed_dialogues"), ("left out", "left_out_inputs"), ("turn acc", "turn_accuracy"), ("precision", "turn_precision"),
          ("recall", "turn_recall"), ("F1 (halluc. +)", "turn_f1"), ("macro-F1", "turn_macro_f1"),
          ("always halluc. acc / F1", "always_hallucinated"), ("claim acc", "claim_accuracy"),
          ("calls/turn", "calls_per_turn"), ("prompt tok/turn", "prompt_tokens_per_turn"))
@@ -153,22 +146,24 @@ def main(cfg: AblationConfig, out: Path, backend_factory=None) -> dict:
 
 
 def ablation(cfg: AblationConfig, out: Path, backend_factory=None) -> dict:
-    tree = load_config(cfg.synth_config, cfg.synth_overrides)
-    backend_config = BackendConfig.model_validate(tree["backend"])
-    weights = {} if backend_factory else fingerprint(backend_config)
-    plans = plan(cfg, tree.get("teacher", {}), weights, out)
+    synth = synth_config(cfg.synth_config, cfg.synth_overrides)
+    weights = {} if backend_factory else fingerprint(synth.backend)
+    plans = plan(cfg, synth.teacher, weights, out)
     backend = None
 
     def shared_backend():
         nonlocal backend
-        backend = backend or (backend_factory or (lambda: make_backend(backend_config)))()
+        backend = backend or (backend_factory or (lambda: make_backend(synth.backend)))()
         return backend
 
     cells: dict[str, dict[str, dict]] = {}
+
+    def write() -> None:  # after every cell, so a stopped run leaves tables of what it finished
+        (out / "ablation.json").write_text(json.dumps({"model": synth.backend.model, "config": cfg.model_dump(), "cells": cells}, indent=2))
+        (out / "ablation.md").write_text(table(cells) + "\n")
+
     for data_name, p in plans.items():
-        if p.skipped:
-            (out / data_name).mkdir(parents=True, exist_ok=True)
-            (out / data_name / "skipped.jsonl").write_text("".join(to_json_line(e.as_dict()) for e in p.skipped))
+        write_jsonl(out / data_name / "skipped.jsonl", p.left_out)
         cells[data_name] = {}
         for name in cfg.variants:
             if name in p.same_as:
@@ -177,18 +172,15 @@ def ablation(cfg: AblationConfig, out: Path, backend_factory=None) -> dict:
                 continue
             folder = out / data_name / name
             row = measure(name, p.teachers[name], p.dialogues, shared_backend, weights, out / data_name, folds=5,
-                          max_active=tree.get("max_active", 256))
+                          max_active=synth.max_active, schedule=synth.schedule)
             probe = cross_turn_report(read_scored(folder / "labelled.jsonl", {d.id for d in p.dialogues}), read_failed(folder))
             if probe:
                 row["probe"] = probe
-            if p.skipped:
-                row["skipped_records"] = len(p.skipped)
+            row["left_out_inputs"] = len(p.left_out)
             cells[data_name][name] = row
-            (out / "ablation.json").write_text(json.dumps({"model": backend_config.model, "config": cfg.model_dump(), "cells": cells}, indent=2))
-    (out / "ablation.json").write_text(json.dumps({"model": backend_config.model, "config": cfg.model_dump(), "cells": cells}, indent=2))
-    text = table(cells)
-    (out / "ablation.md").write_text(text + "\n")
-    print(text)
+            write()
+    write()
+    print(table(cells))
     return cells
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from pathlib import Path
 
 from fastvista.evaluation.compare import against_gold
@@ -30,10 +29,10 @@ from fastvista.evaluation.cross_turn import probe_turn
 from fastvista.evaluation.metrics import accuracy, separation
 from fastvista.evaluation.report import DECISION_HEADER, decision_cells
 from fastvista.evaluation.scorers import SCORERS, EvalConfig, adapter_of, backend_factory, machine_for
-from fastvista.config import DataSelection, load_config, load_dialogues
+from fastvista.config import DataSelection, check_name, load_config, table_data
 from fastvista.records_io import read_scored
 from fastvista.infer.run import check_student_format
-from fastvista.scheduler import finished, folder_lock, run
+from fastvista.scheduler import check_resume, folder_lock, run_reporting_failures
 from fastvista.schema import Dialogue
 from fastvista.selection import sample
 
@@ -86,21 +85,26 @@ def table(results: dict) -> str:
 
 
 def parse_data(item: str) -> tuple[str, str, int | None]:
+    """NAME=FILE[@N], refused with the item named when it does not read."""
     name, _, rest = item.partition("=")
     path, _, n = rest.partition("@")
+    if not name or not path or (n and not (n.isdigit() and int(n) > 0)):
+        raise ValueError(f"--data {item!r}: give NAME=FILE.jsonl, or NAME=FILE.jsonl@N for a sample of N >= 1 dialogues")
+    check_name(name, f"--data {item!r}: data set")
     return name, path, int(n) if n else None
 
 
 def load_data(items: list[str]) -> dict[str, list[Dialogue]]:
-    """Every data set (NAME=FILE.jsonl[@N]) read and checked before any engine starts, so a bad
-    last item fails at once rather than after hours of scoring. The cross-turn probe holds four
-    versions of each base dialogue (consecutive lines): a random sample would break those groups."""
+    """Every data set (NAME=FILE.jsonl[@N]) read and checked (`table_data`) before any engine
+    starts, so a bad last item fails at once rather than after hours of scoring. The cross-turn
+    probe holds four versions of each base dialogue (consecutive lines): a random sample would
+    break those groups."""
     sets = {}
     for item in items:
         name, path, n = parse_data(item)
-        if not name or not path or name in sets:
-            raise ValueError(f"--data {item!r}: give each data set once, as NAME=FILE.jsonl[@N]")
-        dialogues = load_dialogues(DataSelection(input=path), None)
+        if name in sets:
+            raise ValueError(f"--data {item!r}: the name {name!r} is given twice")
+        dialogues, _ = table_data(DataSelection(input=path), name)
         if n is not None and any(probe_turn(d) for d in dialogues):
             lines = max(4, n - n % 4)
             raise ValueError(f"{path} holds cross-turn probe dialogues, four versions of each base dialogue: @{n} would sample "
@@ -128,9 +132,9 @@ def benchmark(config_path: str, scorers: list[str], data: list[str], out: Path, 
     sets = load_data(data)
     if "student" in configs and configs["student"].backend is not None:
         check_student_format(configs["student"].backend, configs["student"].student)
-    for name in sets:  # earlier results made otherwise are refused now, not after hours of scoring
+    for name, dialogues in sets.items():  # earlier results made otherwise are refused now, not after hours of scoring
         for scorer, config in configs.items():
-            finished(out / scorer / name / "results.jsonl", config.provenance())
+            check_resume(out / scorer / name / "results.jsonl", config.provenance(), dialogues)
     # One backend section serves every scorer (the config's): the engine is built from it once,
     # checked for every adapter the scorers ask for.
     build = backend_factory(configs[scorers[0]], [adapter_of(c) for c in configs.values()])
@@ -145,14 +149,11 @@ def benchmark(config_path: str, scorers: list[str], data: list[str], out: Path, 
     for name, dialogues in sets.items():
         for scorer, config in configs.items():
             folder = out / scorer / name
-            folder.mkdir(parents=True, exist_ok=True)
-            provenance = config.provenance()
-            start = time.perf_counter()
-            with open(folder / "failed.jsonl", "w", encoding="utf-8") as failed_out:  # this run's failures, as run_to_folder writes them
-                stats = run(dialogues, machine_for(config), shared_backend, folder / "results.jsonl", max_active=config.max_active,
-                            total=len(dialogues), provenance=provenance, desc=f"{scorer} on {name}", schedule=config.schedule,
-                            failed_out=failed_out)
-            wall = time.perf_counter() - start if stats.labelled == len(dialogues) and stats.cached_calls == 0 else None
+            stats = run_reporting_failures(dialogues, machine_for(config), shared_backend, folder / "results.jsonl",
+                                           max_active=config.max_active, total=len(dialogues), provenance=config.provenance(),
+                                           desc=f"{scorer} on {name}", schedule=config.schedule)
+            # wall time means something only when this run scored every dialogue itself; the engine's start is not a turn's
+            wall = stats.wall_seconds - stats.engine_start_seconds if stats.labelled == len(dialogues) and stats.cached_calls == 0 else None
             scored = read_scored(folder / "results.jsonl", {d.id for d in dialogues})
             results.setdefault(name, {})[scorer] = figures(scored, wall, len(stats.failed))
             if scorer == "q2":

@@ -24,6 +24,7 @@ import re
 from collections import Counter, defaultdict
 
 from fastvista.evaluation.baselines.judge import JudgeConfig
+from fastvista.evaluation.scorers import CLAIMLESS
 from fastvista.schema import Dialogue, Gold, GoldClaim, ScoredDialogue, Turn, TurnResult
 
 TYPES = {  # type: (expected claim label, turn hallucinated)
@@ -40,10 +41,6 @@ TEMPLATES = {
     "unsupported": ("Also, {fact_lc}", "Oh, and {fact_lc}"),
 }
 MIN_WORDS, MAX_WORDS = 8, 30
-# The judge sees this many turns of history: a fact turn further back than that from the probe turn
-# is out of its sight, so the report splits each version by that gap.
-WINDOW = JudgeConfig().history_turns
-GAPS = (f"gap <= {WINDOW}", f"gap > {WINDOW}")
 _OPENERS = {"the", "a", "an", "in", "on", "at", "as", "by", "from", "for", "since", "after", "during", "with", "of", "to",
             "each", "every", "many", "most", "some", "one", "two", "three", "unlike", "like", "although", "while",
             "unqualified", "originally", "today", "currently", "later", "however", "there", "two", "both", "all", "any"}
@@ -253,6 +250,16 @@ def shares(turns: list[TurnResult], kind: str, claimless: bool) -> dict:
             "expected_label_share": expected}
 
 
+def seen_history(scored: list[ScoredDialogue]) -> tuple[int, bool]:
+    """The history turns the scorer saw (its settings in the results' provenance; the judge's
+    default where none is recorded) and whether it decides turns without claims (Q2, the judge):
+    a fact turn further back than the window is out of the scorer's sight, so the report splits
+    each version by that gap."""
+    provenance = next((s.provenance for s in scored if s.provenance), {}) or {}
+    settings = provenance.get("settings") or provenance.get("teacher") or {}
+    return settings.get("history_turns", JudgeConfig().history_turns), provenance.get("scorer") in CLAIMLESS
+
+
 def cross_turn_report(scored: list[ScoredDialogue], failed: list[dict] | None = None) -> dict:
     """Per probe version: the figures of `shares`, also by the gap between fact turn and probe
     turn (within the judge's history window or beyond it), the labels the scorer gave, and the probe
@@ -273,15 +280,16 @@ def cross_turn_report(scored: list[ScoredDialogue], failed: list[dict] | None = 
         kind = str(f.get("id", "")).rpartition("#")[2]
         if kind in TYPES:
             unscored[kind] += 1
-    claimless = not any(t.claims for rows in turns.values() for _, t in rows)
+    window, claimless = seen_history(scored)
+    gaps = (f"gap <= {window}", f"gap > {window}")
     report = {}
     for kind, (label, _) in TYPES.items():
         if kind not in turns and kind not in unscored:
             continue
         rows = turns[kind]
         report[kind] = {**shares([t for _, t in rows], kind, claimless), "expected": label,
-                        "by_gap": {GAPS[0]: shares([t for g, t in rows if g <= WINDOW], kind, claimless),
-                                   GAPS[1]: shares([t for g, t in rows if g > WINDOW], kind, claimless)},
+                        "by_gap": {gaps[0]: shares([t for g, t in rows if g <= window], kind, claimless),
+                                   gaps[1]: shares([t for g, t in rows if g > window], kind, claimless)},
                         "claim_labels": dict(Counter(c.label.value for _, t in rows for c in t.claims)),
                         "no_claim_turns": sum(not t.claims for _, t in rows), "without_result": unscored[kind]}
     return report
@@ -304,7 +312,7 @@ def cross_turn_table(reports: dict[str, dict]) -> str:
     for name, report in reports.items():
         missing = sum(r["without_result"] for r in report.values())
         lines.append(f"| {name} | " + " | ".join(cell(report.get(k)) for k in TYPES) + f" | {missing} |")
-        for gap in GAPS:
+        for gap in next(iter(report.values()))["by_gap"] if report else ():
             cells = (cell(report[k]["by_gap"][gap] if k in report else None) for k in TYPES)
             lines.append(f"| {name}, {gap} | " + " | ".join(cells) + " | - |")
     return "\n".join(lines)

@@ -37,6 +37,7 @@ from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 from fastvista.synth.prompts import PROMPTS_VERSION
 
 SCORERS = ("teacher", "student", "q2", "factscore", "judge")
+CLAIMLESS = ("q2", "judge")  # scorers that decide turns without claims
 Scorer = Literal["teacher", "student", "q2", "factscore", "judge"]
 
 
@@ -121,12 +122,12 @@ def machine_for(config: EvalConfig) -> Callable[[Dialogue], object]:
                                         nli=hf.nli if cfg.nli_model else llm.nli)
                 return q2_turn(d.turns[i].text, d.turns[i].reference or "", cfg, steps, nlp)
 
-            return per_turn(d, turn, claimless=True)
+            return per_turn(d, turn, claimless="q2" in CLAIMLESS)
 
         return q2
     if config.scorer == "factscore":
         nlp = Spacy(config.factscore.spacy_model)
-        return lambda d: per_turn(d, lambda i, c: factscore_turn(d.turns[i].text, d.turns[i].reference, config.factscore, nlp, c), claimless=False)
+        return lambda d: per_turn(d, lambda i, c: factscore_turn(d.turns[i].text, d.turns[i].reference, config.factscore, nlp, c), claimless="factscore" in CLAIMLESS)
     cfg = config.judge
 
     def judge(d: Dialogue):
@@ -134,7 +135,7 @@ def machine_for(config: EvalConfig) -> Callable[[Dialogue], object]:
             history = recent([(t.role, t.text) for t in d.turns[:i]], cfg.history_turns)
             return judge_turn(history, d.turns[i].text, d.turns[i].reference, cfg, completions)
 
-        return per_turn(d, turn, claimless=True)
+        return per_turn(d, turn, claimless="judge" in CLAIMLESS)
 
     return judge
 

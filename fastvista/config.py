@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -20,10 +21,10 @@ class DataSelection(BaseModel):
     input: str
     source: str = "jsonl"
     options: dict = Field(default_factory=dict)  # loader options, e.g. wow_file for AIS
-    limit: Optional[int] = None
+    limit: Optional[int] = Field(None, ge=1)
     min_scored_turns: int = 0
     max_scored_turns: Optional[int] = None
-    sample: Optional[int] = None  # a seeded random sample of this many of the selected dialogues
+    sample: Optional[int] = Field(None, ge=1)  # a seeded random sample of this many of the selected dialogues
     seed: int = 0
 
 
@@ -60,3 +61,28 @@ def load_dialogues(data: DataSelection, skipped: list[RecordError] | None, dropp
     chosen = list(select(load(data.source, data.input, skipped, **data.options), data.limit, data.min_scored_turns,
                          data.max_scored_turns, dropped))
     return sample(chosen, data.sample, data.seed) if data.sample is not None else chosen
+
+
+TABLE_NAME = re.compile(r"\w[\w ,+-]*")  # a table's variant and data-set names: each names a folder beside its files
+
+
+def check_name(name: str, what: str) -> None:
+    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
+        raise ValueError(f"{what} name {name!r}: letters, digits, spaces and , + - only (it names a folder)")
+
+
+def table_data(data: DataSelection, name: str, skip_bad: bool = False) -> tuple[list[Dialogue], list[dict]]:
+    """A data set of a table (ablation, teacher quality, benchmark) and the report of what it
+    leaves out (`selected`). Refused at once, naming the set: no dialogue to score (the table
+    would crash hours later) and an id given twice (one would be scored, counted once, silently)."""
+    dialogues, report = selected(data, skip_bad)
+    if not any(d.scored_indices() for d in dialogues):
+        raise ValueError(f"data set {name!r} ({data.input}): no dialogue with a turn to score "
+                         f"({len(dialogues)} dialogues selected, {len(report)} left out)")
+    seen: set[str] = set()
+    for d in dialogues:
+        if d.id in seen:
+            raise ValueError(f"data set {name!r} ({data.input}): dialogue id {d.id!r} is given twice; "
+                             "give each dialogue its own id")
+        seen.add(d.id)
+    return dialogues, report

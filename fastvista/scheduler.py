@@ -45,6 +45,7 @@ class RunStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wall_seconds: float = 0.0
+    engine_start_seconds: float = 0.0  # building the backend (an engine start), inside wall_seconds
     duplicates: list[str] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)  # {"id", "reason"} of dialogues not scored this run
 
@@ -92,6 +93,20 @@ def finished(path: Path, provenance: dict | None = None) -> dict[str, Dialogue]:
         with open(path, "ab") as f:  # a whole last record whose newline was lost: keep it, end its line
             f.write(b"\n")
     return done
+
+
+def changed_input(path: Path, dialogue_id: str) -> StaleResults:
+    return StaleResults(f"{path}: dialogue {dialogue_id!r} was scored from another version of it (the input "
+                        "or the data selection changed); write to another output folder")
+
+
+def check_resume(path: Path, provenance: dict, dialogues: list[Dialogue]) -> None:
+    """What `run` would refuse on reaching it, refused before any engine starts: results in `path`
+    made with other settings, or from another version of a dialogue of `dialogues`."""
+    done = finished(path, provenance)
+    changed = next((d.id for d in dialogues if d.id in done and done[d.id] != d), None)
+    if changed is not None:
+        raise changed_input(path, changed)
 
 
 @contextmanager
@@ -155,8 +170,7 @@ class _Run:
             self.seen.add(d.id)
             if d.id in self.done:
                 if self.done[d.id] != d:
-                    raise StaleResults(f"{self.out_path}: dialogue {d.id!r} was scored from another version of it (the input "
-                                       "or the data selection changed); write to another output folder")
+                    raise changed_input(self.out_path, d.id)
                 self.stats.resumed += 1
                 self.bar.update(1)
                 continue
@@ -283,11 +297,25 @@ def run(
         state = _Run(dialogues, machine, out, failed_out, done, out_path, max_active, provenance or {}, bar, schedule == "continuous")
         state.refill()
         if state.active:
+            started = time.perf_counter()
             backend = backend_factory()
+            state.stats.engine_start_seconds = round(time.perf_counter() - started, 2)
             state.continuously(backend) if schedule == "continuous" else state.waves(backend)
     bar.close()
     state.stats.wall_seconds = round(time.perf_counter() - start, 2)
     return state.stats
+
+
+def run_reporting_failures(dialogues, machine, backend_factory, results: Path, **options) -> RunStats:
+    """`run`, its failures written as they happen to failed.jsonl beside `results` (the dialogues
+    this run could not score, with reasons; the next run tries them again). The file is replaced
+    only when the run ends, so a crash or a refusal keeps the last run's reasons."""
+    results.parent.mkdir(parents=True, exist_ok=True)
+    partial = results.parent / "failed.jsonl.partial"
+    with open(partial, "w", encoding="utf-8") as failed_out:
+        stats = run(dialogues, machine, backend_factory, results, failed_out=failed_out, **options)
+    partial.replace(results.parent / "failed.jsonl")
+    return stats
 
 
 def read_failed(folder: Path) -> list[dict]:
@@ -311,14 +339,14 @@ def run_to_folder(
     """`run`, and what every stage writes beside its results so that every input is accounted
     for: `skipped.jsonl` (bad inputs, dialogues the selection dropped and duplicate ids, each with
     its reason) and `failed.jsonl` (dialogues whose calls or answers failed in this run, written
-    as they fail; the next run tries them again). Both describe this run from its start. The
+    as they fail to failed.jsonl.partial, which replaces it when the run ends; the next run tries
+    them again). Both describe this run from its start. The
     caller holds the folder's lock (`folder_lock`). Returns the selected dialogues' results
     (resumed ones included) and the run's part of the summary."""
     folder = results.parent
     write_jsonl(folder / "skipped.jsonl", skipped)
-    with open(folder / "failed.jsonl", "w", encoding="utf-8") as failed_out:
-        stats = run(dialogues, machine, backend_factory, results, max_active=max_active, total=len(dialogues),
-                    provenance=provenance, progress=progress, desc=desc, schedule=schedule, failed_out=failed_out)
+    stats = run_reporting_failures(dialogues, machine, backend_factory, results, max_active=max_active, total=len(dialogues),
+                                   provenance=provenance, progress=progress, desc=desc, schedule=schedule)
     reports = list(skipped) + [{"id": i, "reason": "duplicate id: done once"} for i in stats.duplicates]
     write_jsonl(folder / "skipped.jsonl", reports)
     scored = read_scored(results, {d.id for d in dialogues}) if results.exists() else []

@@ -37,18 +37,18 @@ def test_each_variant_runs_on_each_data_set_with_its_switches(tmp_path):
     assert verified_in_turn_3("full") == verified_in_turn_3("no accumulation") + len(dialogues)
     text = (tmp_path / "out" / "ablation.md").read_text()
     header = text.splitlines()[2]
-    assert header.startswith("| variant | n | failed | turn acc | precision | recall | F1 (halluc. +) | macro-F1 | always halluc. acc / F1 |")
+    assert header.startswith("| variant | n | failed | left out | turn acc | precision | recall | F1 (halluc. +) | macro-F1 | always halluc. acc / F1 |")
     assert "right" not in header  # no probe columns without a probe
     assert text.count("\n| full |") == 2 and "### museum, 1 retry" in text
     full = cells["museum"]["full"]
-    assert f"| full | 6 | 0 | {full['turn_accuracy']} | {full['turn_precision']} |" in text
+    assert f"| full | 6 | 0 | 0 | {full['turn_accuracy']} | {full['turn_precision']} |" in text
 
 
 def test_the_table_gives_a_probe_its_right_decisions_per_version():
     row = {"turn_accuracy": 0.5, "turn_f1": 0.6, "calls_per_turn": 3.0, "prompt_tokens_per_turn": 900.0,
            "probe": {"contradict": {"correct_decision_share": 0.8}, "restate": {"correct_decision_share": 0.4}}}
     text = table({"probe": {"full": row}})
-    assert "| contradict right |" in text and "| full | - | - | 0.5 | - | - | 0.6 | - | - | - | 3.0 | 900.0 | 0.8 | - | 0.4 | - |" in text
+    assert "| contradict right |" in text and "| full | - | - | - | 0.5 | - | - | 0.6 | - | - | - | 3.0 | 900.0 | 0.8 | - | 0.4 | - |" in text
 
 
 def test_a_data_set_may_not_set_a_switch_the_variants_compare():
@@ -71,7 +71,7 @@ def test_a_data_set_that_skips_bad_records_reports_each_and_counts_them(tmp_path
     cfg = AblationConfig(synth_config=str(synth), variants={"full": {}},
                          data={"museum": {"input": str(tmp_path / "museum.jsonl"), "skip_bad": True}})
     cells = main(cfg, tmp_path / "out", backend_factory=ScriptedBackend)
-    assert cells["museum"]["full"]["skipped_records"] == 1
+    assert cells["museum"]["full"]["left_out_inputs"] == 1
     [line] = (tmp_path / "out" / "museum" / "skipped.jsonl").read_text().splitlines()
     assert '"line": 2' in line
     strict = AblationConfig(synth_config=str(synth), variants={"full": {}}, data={"museum": {"input": str(tmp_path / "museum.jsonl")}})
@@ -113,7 +113,7 @@ def test_a_variant_that_cannot_change_the_labels_is_not_run_and_says_which_it_eq
     assert "turn_accuracy" in cells["single"]["no history"] and "turn_accuracy" in cells["gold"]["no accumulation"]
     assert not (tmp_path / "out" / "single" / "no accumulation").exists()  # nothing was labelled for it
     text = (tmp_path / "out" / "ablation.md").read_text()
-    assert "| no accumulation | n/a | n/a |" in text and "n/a: no history = full by construction (history only shapes" in text
+    assert "| no accumulation | n/a | n/a | n/a |" in text and "n/a: no history = full by construction (history only shapes" in text
 
 
 class CountingBackend(ScriptedBackend):
@@ -157,7 +157,7 @@ def test_failed_dialogues_are_written_per_cell_counted_and_retried(tmp_path):
     assert cells["museum"]["full"]["failed_dialogues"] == 1 and failures(cells) == ["museum/full: 1"]
     [failed] = read_failed(tmp_path / "out" / "museum" / "full")
     assert failed["id"] == "broken" and "no readable label" in failed["reason"]
-    assert "| full | 6 | 1 |" in (tmp_path / "out" / "ablation.md").read_text()
+    assert "| full | 6 | 1 | 0 |" in (tmp_path / "out" / "ablation.md").read_text()
 
 
 def test_the_cli_exits_3_when_a_cell_failed(tmp_path, monkeypatch):
@@ -172,3 +172,64 @@ def test_the_cli_exits_3_when_a_cell_failed(tmp_path, monkeypatch):
     config.write_text(yaml.safe_dump({"synth_config": synth, "variants": {"full": {}}, "data": {"d": {"input": museum}}}))
     result = CliRunner().invoke(cli.app, ["eval", "ablation", "-c", str(config), "-o", str(tmp_path / "out")])
     assert result.exit_code == 3 and "d/full: 2" in result.output
+
+
+def test_a_changed_input_is_refused_before_the_engine_starts_and_keeps_the_last_failures(tmp_path):
+    synth, museum = museum_files(tmp_path)
+    cfg = AblationConfig(synth_config=synth, variants={"full": {}}, data={"a": {"input": museum}, "b": {"input": museum}})
+    main(cfg, tmp_path / "out", backend_factory=ScriptedBackend)
+    (tmp_path / "out" / "b" / "full" / "failed.jsonl").write_text('{"id": "x", "reason": "an earlier outage"}\n')
+    edited = read_scored(tmp_path / "out" / "a" / "full" / "labelled.jsonl")[0].dialogue
+    edited.turns[1].text = "The Louvre is in Lyon."
+    other = tmp_path / "other.jsonl"
+    write_jsonl(other, [edited])
+    CountingBackend.built = 0
+    changed = AblationConfig(synth_config=synth, variants={"full": {}}, data={"a": {"input": museum}, "b": {"input": str(other)}})
+    with pytest.raises(StaleResults, match="b/full/labelled.jsonl: dialogue 'd0' was scored from another version"):
+        main(changed, tmp_path / "out", backend_factory=CountingBackend)
+    assert CountingBackend.built == 0
+    assert read_failed(tmp_path / "out" / "b" / "full") == [{"id": "x", "reason": "an earlier outage"}]
+
+
+class DownForB(ScriptedBackend):
+    """A backend that fails every call about the dialogues of data set b (ids b*)."""
+
+    def generate(self, requests):
+        from fastvista.llm import Completion
+
+        answers = super().generate(requests)
+        return [Completion(text="", error="backend: server down") if "wing b" in str(r.messages) else a for r, a in zip(requests, answers)]
+
+
+def test_a_cell_whose_every_dialogue_failed_is_a_row_and_the_table_goes_on(tmp_path):
+    synth, museum = museum_files(tmp_path)
+    down = museum_dialogue(5)
+    down.id = "b0"
+    down.turns[1].reference += " The wing b is closed."
+    down.turns[1].gold = Gold(label="faithful")
+    write_jsonl(tmp_path / "b.jsonl", [down])
+    cfg = AblationConfig(synth_config=synth, variants={"full": {}}, data={"b": {"input": str(tmp_path / "b.jsonl")}, "a": {"input": museum}})
+    cells = main(cfg, tmp_path / "out", backend_factory=DownForB)
+    assert cells["b"]["full"] == {"settings": cells["a"]["full"]["settings"], "turns": 0, "failed_dialogues": 1, "left_out_inputs": 0}
+    assert cells["a"]["full"]["turn_accuracy"] is not None  # the table went on past the failed cell
+    assert failures(cells) == ["b/full: 1"] and "| full | - | 1 | 0 | - |" in (tmp_path / "out" / "ablation.md").read_text()
+
+
+def test_an_empty_data_set_a_repeated_id_and_a_typo_in_the_synth_config_are_refused_at_once(tmp_path):
+    synth, museum = museum_files(tmp_path)
+    d = museum_dialogue(0)
+    for t in d.turns:
+        t.score = False
+    write_jsonl(tmp_path / "nothing.jsonl", [d])
+    write_jsonl(tmp_path / "twice.jsonl", [museum_dialogue(0), museum_dialogue(0)])
+    for data, message in (({"input": str(tmp_path / "nothing.jsonl")}, "no dialogue with a turn to score"),
+                          ({"input": str(tmp_path / "twice.jsonl")}, "dialogue id 'd0' is given twice")):
+        with pytest.raises(ValueError, match=message):
+            main(AblationConfig(synth_config=synth, variants={"full": {}}, data={"a": {"input": museum}, "z": data}), tmp_path / "out",
+                 backend_factory=CountingBackend)
+    with pytest.raises(ValueError, match="teachr"):
+        main(AblationConfig(synth_config=synth, synth_overrides=["teachr.few_shot=0"], variants={"full": {}}, data={"a": {"input": museum}}),
+             tmp_path / "out", backend_factory=CountingBackend)
+    with pytest.raises(ValueError, match="variant name '../up'"):
+        AblationConfig(synth_config=synth, variants={"../up": {}}, data={"a": {"input": museum}})
+    assert not (tmp_path / "out" / "a").exists()

@@ -394,3 +394,15 @@ def test_the_table_commands_refuse_a_folder_another_run_is_writing(tmp_path):
                 message = str(e)
         assert f"another run is writing to {out}" in message, name
         assert sorted(p.name for p in out.iterdir()) == [".lock"], name  # nothing written beside the lock
+
+
+def test_benchmark_refuses_a_bad_data_item_before_anything_runs(tmp_path):
+    records = toy_set(tmp_path / "in.jsonl")
+    empty = tmp_path / "empty.jsonl"  # a dialogue with nothing to score
+    empty.write_text(Dialogue(id="n", turns=[Turn(role="user", text="Hi.")]).model_dump_json() + "\n")
+    with FakeOpenAI() as server:
+        for item, message in ((f"toy={records}@abc", "for a sample of N >= 1"), (f"toy={records}@0", "for a sample of N >= 1"),
+                              (f"../up={records}", "data set name '../up'"), (f"e={empty}", "no dialogue with a turn to score")):
+            result = CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", "judge", "--data", f"ok={records}", "--data", item))
+            assert result.exit_code == 2 and message in result.output, (item, result.output)
+        assert sum(server.received.values()) == 0

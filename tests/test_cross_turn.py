@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from fastvista.cli import app
 from fastvista.evaluation.baselines.judge import JudgeConfig
-from fastvista.evaluation.cross_turn import (TYPES, WINDOW, contradiction, cross_turn_report, cross_turn_table, fact_sentences,
+from fastvista.evaluation.cross_turn import (TYPES, contradiction, cross_turn_report, cross_turn_table, fact_sentences,
                                              probe_dialogues, repeats, sentences)
 from fastvista.evaluation.scorers import EvalConfig, machine_for
 from fastvista.protocol import drive
@@ -125,8 +125,12 @@ def test_scorers_side_by_side_show_correct_decisions_and_expected_labels_per_ver
     assert "| teacher | 1.00 / 1.00 (n=1) | - | 1.00 / 1.00 (n=1) | - | 0 |" in table
     assert "| no accumulation | 1.00 / 0.00 (n=1) | - | 0.00 / 0.00 (n=1) | - | 0 |" in table
 
-    # a scorer that decides turns without claims (the judge, Q2): no expected-label share, not 0
-    judge = cross_turn_report([scored("contradict", True, []), scored("restate", True, [])])
+    # a scorer that decides turns without claims (the judge, Q2, as its results' provenance says): no expected-label share, not 0
+    judged = [scored("contradict", True, []), scored("restate", True, [])]
+    for result in judged:
+        result.provenance = {"scorer": "judge", "settings": {"history_turns": 8}}
+    judge = cross_turn_report(judged)
+    assert cross_turn_report([scored("contradict", True, [])])["contradict"]["expected_label_share"] == 0.0  # a claim scorer found none
     assert judge["contradict"]["expected_label_share"] is None and judge["contradict"]["correct_decision_share"] == 1.0
     assert "| judge | 1.00 / - (n=1) | - | 0.00 / - (n=1) | - | 0 |" in cross_turn_table({"judge": judge})
 
@@ -134,7 +138,7 @@ def test_scorers_side_by_side_show_correct_decisions_and_expected_labels_per_ver
 def test_each_version_is_split_by_whether_the_fact_turn_is_within_the_judges_history():
     near = scored("contradict", True, ["CONTRADICTED"], scored_turns=5)  # the fact turn 8 turns back
     far = scored("contradict", False, ["LACKING_EVIDENCE"], scored_turns=6)  # 10 turns back
-    assert WINDOW == JudgeConfig().history_turns == 8
+    assert JudgeConfig().history_turns == 8
     # the judge's history holds the fact turn at a gap of 8, not at 10
     for result, seen in ((near, True), (far, False)):
         backend = ScriptedBackend()
@@ -148,6 +152,11 @@ def test_each_version_is_split_by_whether_the_fact_turn_is_within_the_judges_his
     lines = cross_turn_table({"teacher": report}).splitlines()
     assert lines[2:] == ["| teacher | 0.50 / 0.50 (n=2) | - | - | - | 0 |", "| teacher, gap <= 8 | 1.00 / 1.00 (n=1) | - | - | - | - |",
                          "| teacher, gap > 8 | 0.00 / 0.00 (n=1) | - | - | - | - |"]
+    # the window is the one the results were scored with; a judge's shares of claim labels are "-" (it gives none)
+    for result in (near, far):
+        result.provenance = {"scorer": "judge", "settings": {"history_turns": 10}}
+    wider = cross_turn_report([near, far])["contradict"]
+    assert wider["by_gap"]["gap <= 10"]["n"] == 2 and wider["by_gap"]["gap > 10"]["n"] == 0 and wider["expected_label_share"] is None
 
 
 def test_the_benchmark_takes_the_probe_whole_and_eval_cross_turn_reads_its_failures(tmp_path):

@@ -119,9 +119,9 @@ def test_teacher_quality_tabulates_vistas_metric(tmp_path):
     assert row["turn_macro_f1"] == round((10 / 15 + 4 / 9) / 2, 4)
     assert (row["always_hallucinated"], row["always_hallucinated_f1"]) == (0.5833, round(14 / 19, 4))
     text = teacher_quality.table({"full": row})
-    assert text.startswith("| variant | turn acc | precision | recall | F1 (halluc. +) | turn macro-F1 | turn acc, attribution reading |")
-    assert "| full | 0.5833 | 0.625 | 0.7143 | 0.6667 | 0.5556 | 0.5833 | - | - |" in text
-    assert "always-hallucinated turn accuracy / F1: 0.5833 / 0.7368 over 12 turns" in text
+    assert text.startswith("| variant | failed dialogues | turn acc | precision | recall | F1 (halluc. +) | turn macro-F1 | turn acc, attribution reading |")
+    assert "| full | 0 | 0.5833 | 0.625 | 0.7143 | 0.6667 | 0.5556 | 0.5833 | - | - |" in text
+    assert "full: always-hallucinated turn accuracy / F1 0.5833 / 0.7368 over 12 turns with a human label" in text
 
 
 def test_student_against_teacher_on_the_same_dialogues():
