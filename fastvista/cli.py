@@ -573,11 +573,16 @@ def eval_learning_curve(
 def eval_ablation(
     config: Path = typer.Option(Path("configs/eval/vista_ablation.yaml"), "--config", "-c",
                                 help="YAML: the teacher's synth config, the variants, the data sets."),
-    out: Path = typer.Option(Path("runs/ablation"), "--out", "-o", help="Output folder: DATA/VARIANT/labelled.jsonl, ablation.json, ablation.md."),
-    set_: List[str] = typer.Option([], "--set", help="Override a key of the ablation config, e.g. --set data.vista_dev.input=FILE."),
+    out: Path = typer.Option(Path("runs/ablation"), "--out", "-o", help="Output folder: DATA/VARIANT/labelled.jsonl and failed.jsonl, "
+                             "DATA/skipped.jsonl, ablation.json, ablation.md."),
+    set_: List[str] = typer.Option([], "--set", help="Override a key of the ablation config, e.g. --set data.vista_dev.input=FILE, "
+                                   "or the synth config's through --set 'synth_overrides=[backend.cache=FILE]'."),
 ):
     """The teacher's ablation table (full, no history, no accumulation, zero-shot, both off) on
-    every data set of the config, one engine for all; resumable."""
+    every data set of the config, one engine for all; resumable. Data, settings and earlier
+    results are checked before the engine starts; a variant that cannot change a set's labels is
+    not run there (n/a, with the reason). Exits 3 when a cell has failed dialogues
+    (DATA/VARIANT/failed.jsonl): the same command tries them again."""
     from fastvista.config import load_config
     from fastvista.evaluation.ablation import AblationConfig, failures, main
 
