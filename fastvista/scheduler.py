@@ -109,10 +109,35 @@ def check_resume(path: Path, provenance: dict, dialogues: list[Dialogue]) -> Non
         raise changed_input(path, changed)
 
 
+HELD_LOCKS = "FASTVISTA_HELD_LOCKS"  # folders locked by this process or the commands that started it
+
+
+def _lock_holder(folder: Path) -> str | None:
+    """The pid written in `folder`'s lock while another run holds it; None when it is free."""
+    with open(folder / ".lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            return lock.read().strip() or "?"
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    return None
+
+
 @contextmanager
 def folder_lock(folder: Path):
-    """One run at a time per output folder: a second one would append duplicates."""
+    """One run at a time per output folder, and none inside another run's folder, nor around one
+    (a run writes its sub-folders): a second one would append duplicates. A command's own
+    sub-commands (a learning curve's scoring) inherit its locks through HELD_LOCKS."""
     folder.mkdir(parents=True, exist_ok=True)
+    here, held = folder.resolve(), set(filter(None, os.environ.get(HELD_LOCKS, "").split(os.pathsep)))
+    around = [p for p in here.parents if str(p) not in held and (p / ".lock").is_file()]
+    inside = [Path(root) for root, _, files in os.walk(here) if ".lock" in files and Path(root) != here and root not in held]
+    for other in around + inside:
+        pid = _lock_holder(other)
+        if pid is not None:
+            raise RuntimeError(f"another run (pid {pid}) is writing to {other}, {'which holds' if other in around else 'inside'} "
+                               f"{folder}; wait for it, stop it, or write to another output folder")
     with open(folder / ".lock", "a+") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -123,7 +148,15 @@ def folder_lock(folder: Path):
         lock.truncate(0)
         lock.write(str(os.getpid()))
         lock.flush()
-        yield
+        before = os.environ.get(HELD_LOCKS)
+        os.environ[HELD_LOCKS] = os.pathsep.join(sorted(held | {str(here)}))
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(HELD_LOCKS, None)
+            else:
+                os.environ[HELD_LOCKS] = before
 
 
 def locked_folder(main: Callable) -> Callable:

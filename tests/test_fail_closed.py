@@ -143,6 +143,8 @@ def test_the_cache_key_and_provenance_follow_the_adapters_content(tmp_path):
     after = fingerprint(config)
     assert before["adapters"]["student"]["sha256"] != after["adapters"]["student"]["sha256"]
     assert request_key("hf:m", request, before) != request_key("hf:m", request, after)
+    in_fp32 = fingerprint(config.model_copy(update={"dtype": "float32"}))  # same weights, other arithmetic
+    assert request_key("hf:m", request, after) != request_key("hf:m", request, in_fp32)
 
 
 def test_an_output_folder_takes_one_run_at_a_time(tmp_path):
@@ -152,6 +154,42 @@ def test_an_output_folder_takes_one_run_at_a_time(tmp_path):
         result = CliRunner().invoke(app, synth_args(inputs, tmp_path / "run", server))
     assert result.exit_code == 2 and "another run is writing to" in result.output
     assert not (tmp_path / "run" / "config.json").exists()  # refused before it wrote anything
+
+
+def test_no_run_writes_inside_or_around_another_runs_folder(tmp_path, monkeypatch):
+    from contextlib import contextmanager
+
+    from fastvista.scheduler import HELD_LOCKS
+
+    outer, inner = tmp_path / "ablation", tmp_path / "ablation" / "vista_dev" / "full"
+    inner.mkdir(parents=True)
+
+    @contextmanager
+    def held_elsewhere(folder):  # another command's lock, in another process
+        code = "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); f.write('4242'); f.flush(); print('held', flush=True); time.sleep(60)"
+        holder = subprocess.Popen([sys.executable, "-c", code, str(folder / ".lock")], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            yield
+        finally:
+            holder.kill()
+            holder.wait()
+
+    with held_elsewhere(outer):
+        with pytest.raises(RuntimeError, match=r"pid 4242\) is writing to .*ablation, which holds"):
+            with folder_lock(inner):
+                pass
+        monkeypatch.setenv(HELD_LOCKS, str(outer.resolve()))  # a command the holder started (its scoring step)
+        with folder_lock(inner):
+            pass
+        monkeypatch.delenv(HELD_LOCKS)
+    with held_elsewhere(inner):
+        with pytest.raises(RuntimeError, match="full, inside"):
+            with folder_lock(outer):
+                pass
+    with folder_lock(outer), folder_lock(inner):  # one command locks its cells inside its own folder
+        assert str(inner.resolve()) in os.environ[HELD_LOCKS]
+    assert HELD_LOCKS not in os.environ
 
 
 def test_every_input_is_accounted_for(tmp_path):

@@ -101,8 +101,9 @@ class ConfigError(RuntimeError):
 
 
 def fingerprint(config: BackendConfig) -> dict:
-    """What identifies the weights behind a config: model and adapter content hashes (None for
-    a name only a server resolves). Recorded in every result's provenance."""
+    """What identifies the weights behind a config as they compute: model and adapter content hashes
+    (None for a name only a server resolves) and the dtype they run in (bf16 and fp32 answers of
+    the same weights differ). Recorded in every result's provenance and in the cache key."""
     from fastvista.fingerprint import model_sha256
 
     if config.kind == "openai":
@@ -112,6 +113,7 @@ def fingerprint(config: BackendConfig) -> dict:
     return {
         "model": config.model,
         "model_sha256": model_sha256(config.model),
+        "dtype": config.dtype,
         "adapters": {name: {"path": path, "sha256": model_sha256(path)} for name, path in config.lora_adapters.items()},
     }
 

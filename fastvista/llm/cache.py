@@ -1,7 +1,7 @@
 """A content-addressed cache of completions in sqlite, so that no call is paid twice.
 
 The key hashes the model's name, the content hashes of the model and of the request's adapter
-(a retrained adapter at the same path asks again), and the whole request (messages, sampling,
+(a retrained adapter at the same path asks again), the dtype they compute in, and the whole request (messages, sampling,
 constraint, adapter name).
 Each batch is committed as soon as it returns, so a run killed at any point loses no finished call.
 Failed completions (`error` set) are not cached: they are tried again next time.
@@ -23,7 +23,7 @@ def request_key(model: str, request: ChatRequest, fingerprint: dict | None = Non
     weights = None
     if fingerprint is not None:
         adapter = fingerprint["adapters"].get(request.lora) if request.lora else None
-        weights = [fingerprint["model_sha256"], adapter["sha256"] if adapter else None]
+        weights = [fingerprint["model_sha256"], adapter["sha256"] if adapter else None, fingerprint.get("dtype")]
     payload = json.dumps({"model": model, "weights": weights, "request": request.model_dump()}, sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
