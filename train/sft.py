@@ -32,6 +32,9 @@ class StudentArguments:
     merge: bool = field(default=False, metadata={"help": "Also save the base model merged with the adapter in OUTPUT/merged."})
     resume: bool = field(default=False, metadata={"help": "Resume from the last checkpoint in output_dir, if there is one."})
     parse_check: int = field(default=0, metadata={"help": "Greedy-decode this many validation prompts and report the share that parses."})
+    label_weight: float = field(default=1.0, metadata={
+        "help": "Loss weight of the one token that decides each claim's label (the first after ' | '), against 1 for every "
+                "other answer token: the plain loss teaches claims long before labels (train/label_weight.py)."})
     snapshot_examples: list[int] = field(default_factory=list, metadata={
         "help": "Also save the adapter in OUTPUT/snapshots/turns_N, and validate, once training has seen the first N examples of "
                 "train_file (in file order: needs train_sampling_strategy sequential and an eval_file): a learning curve from one run."})
@@ -143,7 +146,14 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
         training_args.eval_strategy = "no"
     init = {"dtype": model_args.dtype, "attn_implementation": model_args.attn_implementation}
     training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), **{k: v for k, v in init.items() if v}}
-    trainer = SFTTrainer(
+    if student_args.label_weight <= 0:
+        raise ValueError(f"label_weight must be positive, not {student_args.label_weight}")
+    trainer_class = SFTTrainer
+    if student_args.label_weight != 1:
+        from fastvista.train.label_weight import decision_weighted
+
+        trainer_class = decision_weighted(SFTTrainer, student_args.label_weight, tokenizer)
+    trainer = trainer_class(
         model=base,
         args=training_args,
         train_dataset=train_ds,

@@ -1,0 +1,99 @@
+"""label_weight: the loss of the token deciding each claim's label weighs `weight` times, through
+TRL's own loss (fused LM head) and a LoRA adapter as the student trains."""
+
+import pytest
+
+from fastvista.contract import StudentFormat
+from fastvista.synth.pipeline import TeacherConfig
+from fastvista.synth.training_set import training_examples
+from tests.test_pipeline import drive, museum_dialogue
+
+
+@pytest.fixture(scope="module")
+def example():
+    [first, *_] = training_examples(drive(museum_dialogue(0), TeacherConfig(), _backend()), StudentFormat(history_turns=8, max_store_claims=64))
+    return first
+
+
+def _backend():
+    from tests.scripted import ScriptedBackend
+
+    return ScriptedBackend()
+
+
+def trainer_for(tiny_model, example, weight):
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from fastvista.train.label_weight import decision_weighted
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    args = SFTConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False, max_length=4096, report_to="none", seed=0)
+    data = Dataset.from_list([{"prompt": example["prompt"], "completion": example["completion"]}])
+    cls = decision_weighted(SFTTrainer, weight, tokenizer) if weight != 1 else SFTTrainer
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)  # non-zero B: every LoRA weight has a gradient
+    return cls(model=str(tiny_model), args=args, train_dataset=data, processing_class=tokenizer, peft_config=lora), tokenizer
+
+
+def lora_grads(trainer, batch):
+    import torch
+
+    torch.manual_seed(0)
+    model = trainer.model
+    model.train()
+    model.zero_grad()
+    trainer.compute_loss(model, dict(batch)).backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def test_the_decision_tokens_loss_weighs_weight_times(tiny_model, example):
+    import torch
+
+    from fastvista.train.label_weight import decision_positions, decision_tokens
+
+    weighted, tokenizer = trainer_for(tiny_model, example, 5.0)
+    batch = weighted.data_collator([weighted.train_dataset[0]])
+    bars, firsts = decision_tokens(tokenizer)
+    positions = decision_positions(batch["input_ids"], batch["labels"], bars, firsts)
+    lines = example["completion"][0]["content"].splitlines()
+    assert positions.sum().item() == len(lines) > 0  # one decision per claim line, none in the prompt
+    decided = [tokenizer.decode([t]).strip() for t in batch["input_ids"][0][1:][positions[0][:-1]].tolist()]
+    assert all(d and line.rsplit(" | ", 1)[1].startswith(d) for d, line in zip(decided, lines))
+
+    hooked = lora_grads(weighted, batch)
+    # the same loss by hand: cross-entropy over the answer, decision tokens weighted 5, on the same
+    # weights with the hook inert (no token marked)
+    weighted._set_batch(batch["input_ids"], torch.full_like(batch["labels"], -100))
+    model = weighted.model
+    model.zero_grad()
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+    targets = batch["labels"][:, 1:]
+    per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100, reduction="none")
+    weights = 1 + 4 * positions[:, :-1].float()
+    ((per_token * weights).sum() / (targets != -100).sum()).backward()
+    by_hand = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    assert hooked.keys() == by_hand.keys() and hooked
+    for name in hooked:
+        torch.testing.assert_close(hooked[name], by_hand[name], rtol=1e-4, atol=1e-6, msg=name)
+    plain = lora_grads(trainer_for(tiny_model, example, 1.0)[0], batch)
+    assert any(not torch.allclose(plain[n], hooked[n], rtol=1e-3) for n in hooked)  # the weight changed something
+
+
+def test_a_tokenizer_whose_labels_share_a_first_token_is_refused():
+    from fastvista.train.label_weight import decision_tokens
+
+    class OneLetter:  # every label starts with the same token
+        def get_vocab(self):
+            return {"|": 0, "X": 1}
+
+        def convert_tokens_to_string(self, tokens):
+            return "".join(tokens)
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [0, 1, 1]}
+
+    with pytest.raises(ValueError, match="same first token"):
+        decision_tokens(OneLetter())

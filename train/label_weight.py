@@ -1,0 +1,83 @@
+"""Weight the loss of the tokens that decide each claim's label.
+
+In the student's answer ("1. A claim. | LACKING_EVIDENCE") one token decides a claim's label: the
+first after the bar (the labels' first tokens differ). The claim's own words are most of the
+loss, so the plain loss teaches the student to write claims long before it teaches their labels:
+after 254 corpus turns SmolLM2-135M wrote OUT_OF_SCOPE for every claim (docs/student.md).
+
+Scaling by w the gradient that reaches the final hidden state at the position predicting a
+decision token is the same as weighting that token's loss by w (its loss depends on the weights
+only through that hidden state). TRL's loss is left as it is, so the logged losses stay
+comparable with an unweighted run.
+"""
+
+from __future__ import annotations
+
+from fastvista.labels import Label
+
+_EXAMPLE = "1. A claim. | {label}"
+
+
+def decision_tokens(tokenizer) -> tuple[set[int], set[int]]:
+    """(tokens holding the bar, first tokens of the labels) for this tokenizer; refuses one whose
+    labels share a first token (one token would then not decide the label)."""
+    bars = {i for token, i in tokenizer.get_vocab().items() if "|" in tokenizer.convert_tokens_to_string([token])}
+    firsts = set()
+    for label in Label:
+        ids = tokenizer(_EXAMPLE.format(label=label.value), add_special_tokens=False)["input_ids"]
+        bar = max(k for k, t in enumerate(ids) if t in bars)
+        firsts.add(ids[bar + 1])
+    if len(firsts) != len(Label):
+        raise ValueError("this tokenizer gives two labels the same first token: label_weight needs one token to decide a label")
+    return bars, firsts
+
+
+def decision_positions(input_ids, labels, bars: set[int], firsts: set[int]):
+    """[batch, length] booleans: the positions whose next token, trained on, decides a label."""
+    import torch
+
+    after_bar = torch.isin(input_ids[:, :-1], torch.tensor(sorted(bars), device=input_ids.device))
+    decides = torch.isin(input_ids[:, 1:], torch.tensor(sorted(firsts), device=input_ids.device)) & (labels[:, 1:] != -100)
+    positions = torch.zeros_like(input_ids, dtype=torch.bool)
+    positions[:, :-1] = after_bar & decides
+    return positions
+
+
+def weigh_decisions(model, weight: float, bars: set[int], firsts: set[int]):
+    """Make `model`'s backward pass weigh decision tokens by `weight`. Returns `set_batch(input_ids,
+    labels)`, to call before each forward. The hook sits on the decoder's final norm, whose output
+    is the hidden state the LM head reads (also under TRL's fused LM head)."""
+    import torch
+
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    norm = getattr(decoder, "norm", None)
+    if norm is None:
+        raise ValueError(f"label_weight: {type(model).__name__} has no decoder.norm to hook (a Llama-style model is expected)")
+    batch = {}
+
+    def set_batch(input_ids, labels):
+        batch["scale"] = 1 + (weight - 1) * decision_positions(input_ids, labels, bars, firsts).unsqueeze(-1).float()
+
+    def hook(module, args, output):
+        hidden = output[0] if isinstance(output, tuple) else output
+        scale = batch.get("scale")
+        if hidden.requires_grad and scale is not None and scale.shape[:2] == hidden.shape[:2]:
+            hidden.register_hook(lambda grad: grad * scale.to(grad.dtype))
+
+    norm.register_forward_hook(hook)
+    return set_batch
+
+
+def decision_weighted(trainer_class, weight: float, tokenizer):
+    """`trainer_class` (TRL's SFTTrainer) whose training weighs decision tokens by `weight`."""
+
+    class DecisionWeightedTrainer(trainer_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._set_batch = weigh_decisions(self.model, weight, *decision_tokens(tokenizer))
+
+        def compute_loss(self, model, inputs, *args, **kwargs):
+            self._set_batch(inputs["input_ids"], inputs["labels"])
+            return super().compute_loss(model, inputs, *args, **kwargs)
+
+    return DecisionWeightedTrainer
