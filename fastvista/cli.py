@@ -86,6 +86,25 @@ def eval_agreement(
     write_report(agreement(read_scored(scorer), read_scored(teacher), similarity_function(similarity), threshold), out)
 
 
+@eval_app.command("label-baseline")
+def eval_label_baseline(
+    train: Path = typer.Argument(..., help="The student's training examples (train.jsonl of `fastvista data corpus-split`)."),
+    validation: Path = typer.Argument(..., help="Its validation examples (dialogues never in TRAIN)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
+):
+    """How learnable the teacher's labels are: a linear classifier on each claim's words and its
+    overlap with the reference and history, fitted on TRAIN's claims, scored on VALIDATION's (accuracy,
+    macro-F1, per-label F1, the majority label). A student labelling worse has not learned its data."""
+    from fastvista.evaluation.label_baseline import label_baseline
+    from fastvista.train.data import read_examples
+
+    try:
+        report = label_baseline(read_examples(str(train)), read_examples(str(validation)))
+    except ValueError as e:
+        fail(str(e))
+    write_report(report, out)
+
+
 @eval_app.command("gold")
 def eval_gold(
     scored: Path = typer.Argument(..., help="Any scorer's results on dialogues with human labels."),
