@@ -105,6 +105,24 @@ def eval_label_baseline(
     write_report(report, out)
 
 
+@eval_app.command("label-accuracy")
+def eval_label_accuracy(
+    adapter: Path = typer.Argument(..., help="A student adapter or checkpoint folder (train/sft.py's output_dir/checkpoint-N)."),
+    examples: Path = typer.Argument(..., help="Student examples with the teacher's answers (the corpus split's validation.jsonl)."),
+    turns: int = typer.Option(0, help="Only the first N turns, in whole dialogues (0: all)."),
+    base: Optional[str] = typer.Option(None, help="The base model (default: the adapter's own)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it."),
+):
+    """A checkpoint's label accuracy under teacher forcing: at each claim of the teacher's answers,
+    is the teacher's label the one the student ranks first? One forward pass per turn, no
+    generation: judges a training recipe from early checkpoints in a minute."""
+    from fastvista.evaluation.learning_curve import first_turns
+    from fastvista.train.data import read_examples
+    from fastvista.train.label_accuracy import forced_label_accuracy
+
+    write_report(forced_label_accuracy(str(adapter), first_turns(read_examples(str(examples)), turns), base), out)
+
+
 @eval_app.command("gold")
 def eval_gold(
     scored: Path = typer.Argument(..., help="Any scorer's results on dialogues with human labels."),

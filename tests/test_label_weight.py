@@ -97,3 +97,31 @@ def test_a_tokenizer_whose_labels_share_a_first_token_is_refused():
 
     with pytest.raises(ValueError, match="same first token"):
         decision_tokens(OneLetter())
+
+
+def test_teacher_forced_label_accuracy_reads_each_claims_decision(tmp_path, tiny_model):
+    """A model whose final norm is zero gives every token the same logit, so it ranks first the
+    label whose first token has the lowest id: its accuracy is that label's share of the claims."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fastvista.train.label_accuracy import forced_label_accuracy
+    from fastvista.train.label_weight import decision_tokens
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    with torch.no_grad():
+        base.model.norm.weight.zero_()
+    base.save_pretrained(tmp_path / "flat")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tokenizer.save_pretrained(tmp_path / "flat")
+    get_peft_model(base, LoraConfig(r=4, target_modules="all-linear")).save_pretrained(tmp_path / "adapter")
+    examples = [e for i in range(3) for e in training_examples(drive(museum_dialogue(i), TeacherConfig(), _backend()), StudentFormat(history_turns=8, max_store_claims=64))]
+
+    report = forced_label_accuracy(str(tmp_path / "adapter"), examples, base=str(tmp_path / "flat"))
+    lines = [l for e in examples for l in e["completion"][0]["content"].splitlines() if " | " in l]
+    truth = [l.rsplit(" | ", 1)[1] for l in lines]
+    lowest = decision_tokens(tokenizer)[1][min(decision_tokens(tokenizer)[1])]
+    assert report["claims"] == len(lines) and report["teacher_labels"] == {l: truth.count(l) for l in set(truth)}
+    assert report["chosen"] == {lowest: len(lines)}
+    assert report["accuracy"] == round(truth.count(lowest) / len(lines), 4)

@@ -18,21 +18,21 @@ from fastvista.labels import Label
 _EXAMPLE = "1. A claim. | {label}"
 
 
-def decision_tokens(tokenizer) -> tuple[set[int], set[int]]:
-    """(tokens holding the bar, first tokens of the labels) for this tokenizer; refuses one whose
-    labels share a first token (one token would then not decide the label)."""
+def decision_tokens(tokenizer) -> tuple[set[int], dict[int, str]]:
+    """(tokens holding the bar, each label's first token -> the label) for this tokenizer; refuses
+    one whose labels share a first token (one token would then not decide the label)."""
     bars = {i for token, i in tokenizer.get_vocab().items() if "|" in tokenizer.convert_tokens_to_string([token])}
-    firsts = set()
+    firsts = {}
     for label in Label:
         ids = tokenizer(_EXAMPLE.format(label=label.value), add_special_tokens=False)["input_ids"]
         bar = max(k for k, t in enumerate(ids) if t in bars)
-        firsts.add(ids[bar + 1])
+        firsts[ids[bar + 1]] = label.value
     if len(firsts) != len(Label):
         raise ValueError("this tokenizer gives two labels the same first token: label_weight needs one token to decide a label")
     return bars, firsts
 
 
-def decision_positions(input_ids, labels, bars: set[int], firsts: set[int]):
+def decision_positions(input_ids, labels, bars: set[int], firsts: dict[int, str]):
     """[batch, length] booleans: the positions whose next token, trained on, decides a label."""
     import torch
 
@@ -43,7 +43,7 @@ def decision_positions(input_ids, labels, bars: set[int], firsts: set[int]):
     return positions
 
 
-def weigh_decisions(model, weight: float, bars: set[int], firsts: set[int]):
+def weigh_decisions(model, weight: float, bars: set[int], firsts: dict[int, str]):
     """Make `model`'s backward pass weigh decision tokens by `weight`. Returns `set_batch(input_ids,
     labels)`, to call before each forward. The hook sits on the decoder's final norm, whose output
     is the hidden state the LM head reads (also under TRL's fused LM head)."""
