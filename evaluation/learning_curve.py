@@ -24,7 +24,8 @@ the test files are copied once per command, so every point of a command is score
 test split, and a grown split is scored again by the same students without training. The
 validation set is the first `eval_turns` turns of the validation split (whole dialogues).
 Everything is checked before training; the training and scoring logs are kept beside their
-outputs. Writes learning_curve.json, learning_curve.md and learning_curve.png.
+outputs. Writes learning_curve.json, learning_curve.md and learning_curve.png. Between the chunks
+of a long run, `--set train=false` scores the points trained so far and names those still to come.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class LearningCurveConfig(BaseModel):
     sizes: list[int] = Field(min_length=1)  # training turns per point; 0 stands for all of them
     sft_keys: dict = {}  # sft.py keys over sft_config for every point (e.g. num_train_epochs)
     score_overrides: list[str] = []  # `fastvista score --set` keys over score_config (e.g. backend.dtype=float32)
+    train: bool = True  # false: no training, score the points trained so far (between the chunks of a long run)
 
 
 NOTE = ("Each point is one pass over its training turns at a constant learning rate (snapshots of one run), "
@@ -216,6 +218,15 @@ def train(cfg: LearningCurveConfig, examples: list[dict], sizes: list[int], vali
     return student, read_examples(str(train_file)), sizes
 
 
+def trained_so_far(out: Path) -> tuple[Path, list[dict], list[int]]:
+    """The run of `out` as it stands, for scoring without training: its student folder, training
+    examples in order and sizes."""
+    recorded = out / "run.json"
+    if not recorded.exists():
+        raise ValueError(f"{out} holds no learning-curve run (run.json): train first (train: true)")
+    return out / "student", read_examples(str(out / "train.jsonl")), json.loads(recorded.read_text())["sizes"]
+
+
 def merged(adapter: Path) -> Path:
     """A snapshot's adapter merged into its base (float32), built aside and renamed in."""
     done = adapter / "merged"
@@ -306,26 +317,45 @@ def main(cfg: LearningCurveConfig, out: Path) -> list[dict]:
 
 
 def curve(cfg: LearningCurveConfig, out: Path) -> list[dict]:
-    examples = read_examples(cfg.train_file)
-    validation = first_turns(read_examples(cfg.eval_file), cfg.eval_turns) if cfg.eval_file else []
-    sizes = sorted({len(first_turns(examples, n)) for n in cfg.sizes})
-    student, rows, sizes = train(cfg, examples, sizes, validation, out)
+    if cfg.train:
+        examples = read_examples(cfg.train_file)
+        validation = first_turns(read_examples(cfg.eval_file), cfg.eval_turns) if cfg.eval_file else []
+        sizes = sorted({len(first_turns(examples, n)) for n in cfg.sizes})
+        student, rows, sizes = train(cfg, examples, sizes, validation, out)
+    else:
+        student, rows, sizes = trained_so_far(out)
     cfg = frozen_tests(cfg, out)
-    run = json.loads((student / "training_record.json").read_text())
+    finished = (student / "training_record.json").exists()
+    run = json.loads((student / "training_record.json").read_text()) if finished else {}
     eval_loss = {e["step"]: e["eval_loss"] for e in run.get("eval_loss", [])}
-    points = []
+    points, pending = [], []
+
+    def save() -> None:
+        (out / "learning_curve.json").write_text(json.dumps({"config": cfg.model_dump(), "training": str(student), "points": points,
+                                                             "not_trained_yet": pending}, indent=2))
+
     for size in sizes:
         if size == sizes[-1]:
+            if not finished:
+                pending.append(size)
+                continue
             model, record = student / "merged", {"step": None, "eval_loss": run.get("final_eval_loss")}
         else:
             snapshot = student / "snapshots" / f"turns_{size}"
             if not snapshot.exists():
-                raise RuntimeError(f"the run left no snapshot after {size} turns ({snapshot}): see {student}")
+                if cfg.train:
+                    raise RuntimeError(f"the run left no snapshot after {size} turns ({snapshot}): see {student}")
+                pending.append(size)
+                continue
             step = json.loads((snapshot / "snapshot.json").read_text())["step"]
-            model, record = merged(snapshot), {"step": step, "eval_loss": eval_loss.get(step)}
+            saved = json.loads((snapshot / "training_record.json").read_text()) if (snapshot / "training_record.json").exists() else {}
+            model, record = merged(snapshot), {"step": step, "eval_loss": eval_loss.get(step, saved.get("final_eval_loss"))}
         points.append(score_point(cfg, size, rows[:size], model, record))
-        (out / "learning_curve.json").write_text(json.dumps({"config": cfg.model_dump(), "training": str(student), "points": points}, indent=2))
-    (out / "learning_curve.md").write_text(f"{NOTE}\n\n{table(points)}\n")
-    plot(points, out / "learning_curve.png")
-    print(table(points))
+        save()
+    save()
+    waiting = f"\n\nNot trained yet: {', '.join(map(str, pending))} turns (the run goes on with `train: true`)." if pending else ""
+    (out / "learning_curve.md").write_text(f"{NOTE}{waiting}\n\n{table(points)}\n")
+    if points:
+        plot(points, out / "learning_curve.png")
+    print(table(points) + waiting)
     return points

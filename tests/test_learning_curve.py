@@ -182,3 +182,33 @@ def test_the_whole_curve_trains_once_scores_every_point_and_resumes_without_work
     trained = (out / "train.log").stat().st_size
     again = learning_curve.main(cfg, out)
     assert [p["turns"] for p in again] == [6, 24] and (out / "train.log").stat().st_size == trained  # not trained again
+
+
+def test_without_training_only_the_points_trained_so_far_are_scored_and_the_rest_named(tmp_path, monkeypatch):
+    """Between the chunks of a long run (`--set train=false`): snapshots saved so far are scored,
+    with the validation loss their record holds; the unsaved ones and the unfinished last point wait."""
+    from fastvista.evaluation import learning_curve
+
+    out = tmp_path / "curve"
+    (out / "student" / "snapshots" / "turns_2").mkdir(parents=True)
+    (out / "student" / "snapshots" / "turns_2" / "snapshot.json").write_text(json.dumps({"step": 1}))
+    (out / "student" / "snapshots" / "turns_2" / "training_record.json").write_text(json.dumps({"final_eval_loss": 0.7}))
+    rows = [{"id": f"e{i}", "dialogue_id": f"d{i}", "prompt": [], "completion": []} for i in range(6)]
+    (out / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "run.json").write_text(json.dumps({"sizes": [2, 4, 6]}))
+    for name in ("tests.jsonl", "teacher.jsonl", "train.jsonl"):
+        (tmp_path / name).write_text("")
+    cfg = LearningCurveConfig(sft_config="s.yaml", score_config="c.yaml", train_file=str(tmp_path / "train.jsonl"),
+                              test_inputs=str(tmp_path / "tests.jsonl"), test_teacher=str(tmp_path / "teacher.jsonl"),
+                              sizes=[2, 4, 0], train=False)
+    monkeypatch.setattr(learning_curve, "train", lambda *a: pytest.fail("trained"))
+    monkeypatch.setattr(learning_curve, "merged", lambda snapshot: snapshot / "merged")
+    scored = []
+    monkeypatch.setattr(learning_curve, "score_point", lambda cfg, size, subset, model, record: scored.append((size, len(subset), model.parent.name, record))
+                        or {"turns": size, "dialogues": 2, "metrics": {"kappa": 0.5}, **record})
+    points = learning_curve.curve(cfg, out)
+    assert scored == [(2, 2, "turns_2", {"step": 1, "eval_loss": 0.7})] and [p["turns"] for p in points] == [2]
+    assert json.loads((out / "learning_curve.json").read_text())["not_trained_yet"] == [4, 6]
+    assert "Not trained yet: 4, 6 turns" in (out / "learning_curve.md").read_text()
+    with pytest.raises(ValueError, match="no learning-curve run"):
+        learning_curve.curve(cfg, tmp_path / "empty")

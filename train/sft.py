@@ -90,15 +90,24 @@ def step_timer():
     return StepTimer()
 
 
-def snapshot_saver(trainer, steps: dict[int, int], out: Path, fmt, tokenizer):
-    """A callback that saves the adapter (with tokenizer and format) at the given steps, each
-    built aside and renamed in, and has the trainer validate and checkpoint at those steps (a
-    killed run resumes from its last snapshot, with that snapshot's validation loss logged)."""
+def snapshot_saver(trainer, steps: dict[int, int], out: Path, fmt, tokenizer, record: dict):
+    """A callback that saves the adapter (with tokenizer, format and its training record) at the
+    given steps, each built aside and renamed in, and has the trainer validate and checkpoint at
+    those steps (a killed run resumes from its last snapshot, with that snapshot's validation loss
+    logged). A snapshot's record is the run's, for its first N examples: `fastvista models ship`
+    takes a snapshot like a finished run."""
     import shutil
 
     from transformers import TrainerCallback
 
     from fastvista.contract import write_format
+
+    def write_record(folder: Path, update: dict) -> None:
+        path = folder / "training_record.json"
+        current = json.loads(path.read_text()) if path.exists() else {}
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps({**current, **update}, indent=2, default=str))
+        partial.rename(path)
 
     class SnapshotSaver(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -116,10 +125,35 @@ def snapshot_saver(trainer, steps: dict[int, int], out: Path, fmt, tokenizer):
             tokenizer.save_pretrained(str(partial))
             write_format(partial, fmt)
             seen = state.global_step * args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
-            (partial / "snapshot.json").write_text(json.dumps({"first_examples": n, "step": state.global_step, "examples_through_step": seen}))
+            snapshot = {"first_examples": n, "step": state.global_step, "examples_through_step": seen}
+            (partial / "snapshot.json").write_text(json.dumps(snapshot))
+            examples = {**record["examples"], "train": n}
+            write_record(partial, {**record, "examples": examples, "snapshot": snapshot, "final_eval_loss": None,
+                                   "loss": [{"step": h["step"], "loss": h["loss"]} for h in state.log_history if "loss" in h]})
             partial.rename(folder)
 
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+            n = steps.get(state.global_step)
+            folder = out / "snapshots" / f"turns_{n}"
+            if n is not None and metrics and (folder / "training_record.json").exists() and trainer.accelerator.is_main_process:
+                write_record(folder, {"final_eval_loss": metrics.get("eval_loss")})
+
     return SnapshotSaver()
+
+
+def run_record(student_args: StudentArguments, training_args, model_args, fmt, train: list, held_out: list, length_reports: dict) -> dict:
+    """What a trained adapter was trained on and how: the part of its record a snapshot shares."""
+    from fastvista.train.data import file_hash
+
+    return {
+        "base_model": model_args.model_name_or_path,
+        "format": fmt.model_dump(),
+        "train_file": student_args.train_file,
+        "data_sha256": file_hash(student_args.train_file),
+        "examples": {"train": len(train), "eval": len(held_out), "dialogues_eval": len({e["dialogue_id"] for e in held_out})},
+        "length": length_reports,
+        "config": {"student": asdict(student_args), "model": asdict(model_args), "training": training_args.to_dict()},
+    }
 
 
 def main(student_args: StudentArguments, training_args, model_args) -> dict:
@@ -130,7 +164,6 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
 
     from fastvista.contract import write_format
     from fastvista.models import resolve_model
-    from fastvista.train.data import file_hash
     from fastvista.train.report import parse_rate, plot_losses, steady_tokens_per_s
 
     started = time.perf_counter()
@@ -172,7 +205,8 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
         batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
         steps = snapshot_steps([e["id"] for e in read_examples(student_args.train_file)], set(length_reports["train"]["too_long_ids"]),
                                student_args.snapshot_examples, batch)
-        trainer.add_callback(snapshot_saver(trainer, steps, Path(training_args.output_dir), fmt, tokenizer))
+        trainer.add_callback(snapshot_saver(trainer, steps, Path(training_args.output_dir), fmt, tokenizer,
+                                            run_record(student_args, training_args, model_args, fmt, train, held_out, length_reports)))
     checkpoint = get_last_checkpoint(training_args.output_dir) if student_args.resume and os.path.isdir(training_args.output_dir) else None
     if student_args.resume and checkpoint is None:
         trainer.accelerator.print(f"--resume: no checkpoint in {training_args.output_dir}, starting fresh")
@@ -188,12 +222,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
         # the last count, not the largest: a resumed run counts again from 0 (and times only itself)
         tokens = next((h["num_tokens"] for h in reversed(history) if "num_tokens" in h), 0)
         record = {
-            "base_model": model_args.model_name_or_path,
-            "format": fmt.model_dump(),
-            "train_file": student_args.train_file,
-            "data_sha256": file_hash(student_args.train_file),
-            "examples": {"train": len(train), "eval": len(held_out), "dialogues_eval": len({e["dialogue_id"] for e in held_out})},
-            "length": length_reports,
+            **run_record(student_args, training_args, model_args, fmt, train, held_out, length_reports),
             "loss": [{"step": h["step"], "loss": h["loss"]} for h in history if "loss" in h],
             # by step: the last evaluation and the closing one can fall on the same step
             "eval_loss": [{"step": k, "eval_loss": v} for k, v in {h["step"]: h["eval_loss"] for h in history if "eval_loss" in h}.items()],
@@ -205,7 +234,6 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
             "peak_memory_mb": round(peak_memory_mb(), 1),
             "resumed_from": checkpoint,
             "snapshots": sorted(p.name for p in (out / "snapshots").glob("turns_*") if not p.name.endswith(".partial")),
-            "config": {"student": asdict(student_args), "model": asdict(model_args), "training": training_args.to_dict()},
         }
         plot_losses(record, out / "loss.png")
         if student_args.merge:  # from the saved adapter, in float32 (merging into bf16 weights rounds the delta away)

@@ -59,6 +59,9 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     settings.update({k: model.get(k) for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules") if k in model})
     fmt = record.get("format", {})
     turns = agreement.get("turns", {}).get("usable")
+    snapshot = record.get("snapshot")
+    trained_on = (f"The first {snapshot['first_examples']} (one pass, a snapshot at step {snapshot['step']} of a learning-curve run)"
+                  if snapshot else str(record.get("examples", {}).get("train")))
     return f"""---
 {yaml.safe_dump(front, sort_keys=False).strip()}
 ---
@@ -78,7 +81,7 @@ settings and prompts version `data/corpus/CORPUS.md` records.
 
 ## Training data
 
-{record.get('examples', {}).get('train')} teacher-labelled turns of `{record.get('train_file')}`
+{trained_on} teacher-labelled turns of `{record.get('train_file')}`
 (sha256 `{record.get('data_sha256')}`), built from the corpus of `data/corpus/` with
 `fastvista data corpus-split`. Validation: {record.get('examples', {}).get('eval')} turns of
 dialogues never trained on; final validation loss {record.get('final_eval_loss')}.
