@@ -218,13 +218,17 @@ def train(cfg: LearningCurveConfig, examples: list[dict], sizes: list[int], vali
     return student, read_examples(str(train_file)), sizes
 
 
-def trained_so_far(out: Path) -> tuple[Path, list[dict], list[int]]:
+def trained_so_far(cfg: LearningCurveConfig, out: Path) -> tuple[Path, list[dict], list[int]]:
     """The run of `out` as it stands, for scoring without training: its student folder, training
-    examples in order and sizes."""
+    examples in order and sizes; refused when this config would have trained another run."""
     recorded = out / "run.json"
     if not recorded.exists():
         raise ValueError(f"{out} holds no learning-curve run (run.json): train first (train: true)")
-    return out / "student", read_examples(str(out / "train.jsonl")), json.loads(recorded.read_text())["sizes"]
+    was, wanted = json.loads(recorded.read_text()), manifest(cfg, "", "")
+    changed = [k for k in TRAINING_CONFIGS if was.get(k) != wanted[k]]
+    if changed:
+        raise ValueError(f"{out} was trained with another {', '.join(changed)}: score it with the config it was trained with")
+    return out / "student", read_examples(str(out / "train.jsonl")), was["sizes"]
 
 
 def merged(adapter: Path) -> Path:
@@ -323,7 +327,7 @@ def curve(cfg: LearningCurveConfig, out: Path) -> list[dict]:
         sizes = sorted({len(first_turns(examples, n)) for n in cfg.sizes})
         student, rows, sizes = train(cfg, examples, sizes, validation, out)
     else:
-        student, rows, sizes = trained_so_far(out)
+        student, rows, sizes = trained_so_far(cfg, out)
     cfg = frozen_tests(cfg, out)
     finished = (student / "training_record.json").exists()
     run = json.loads((student / "training_record.json").read_text()) if finished else {}
@@ -352,10 +356,11 @@ def curve(cfg: LearningCurveConfig, out: Path) -> list[dict]:
             model, record = merged(snapshot), {"step": step, "eval_loss": eval_loss.get(step, saved.get("final_eval_loss"))}
         points.append(score_point(cfg, size, rows[:size], model, record))
         save()
+    if not points:
+        raise ValueError(f"no point of {out} is trained yet (sizes {sizes}): nothing to score")
     save()
     waiting = f"\n\nNot trained yet: {', '.join(map(str, pending))} turns (the run goes on with `train: true`)." if pending else ""
     (out / "learning_curve.md").write_text(f"{NOTE}{waiting}\n\n{table(points)}\n")
-    if points:
-        plot(points, out / "learning_curve.png")
+    plot(points, out / "learning_curve.png")
     print(table(points) + waiting)
     return points

@@ -2,6 +2,7 @@
 the table, and a changed training set refused rather than overwritten."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -195,12 +196,12 @@ def test_without_training_only_the_points_trained_so_far_are_scored_and_the_rest
     (out / "student" / "snapshots" / "turns_2" / "training_record.json").write_text(json.dumps({"final_eval_loss": 0.7}))
     rows = [{"id": f"e{i}", "dialogue_id": f"d{i}", "prompt": [], "completion": []} for i in range(6)]
     (out / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (out / "run.json").write_text(json.dumps({"sizes": [2, 4, 6]}))
-    for name in ("tests.jsonl", "teacher.jsonl", "train.jsonl"):
+    for name in ("tests.jsonl", "teacher.jsonl", "train.jsonl", "sft.yaml"):
         (tmp_path / name).write_text("")
-    cfg = LearningCurveConfig(sft_config="s.yaml", score_config="c.yaml", train_file=str(tmp_path / "train.jsonl"),
+    cfg = LearningCurveConfig(sft_config=str(tmp_path / "sft.yaml"), score_config="c.yaml", train_file=str(tmp_path / "train.jsonl"),
                               test_inputs=str(tmp_path / "tests.jsonl"), test_teacher=str(tmp_path / "teacher.jsonl"),
                               sizes=[2, 4, 0], train=False)
+    (out / "run.json").write_text(json.dumps({**learning_curve.manifest(cfg, "x", "y"), "sizes": [2, 4, 6]}))
     monkeypatch.setattr(learning_curve, "train", lambda *a: pytest.fail("trained"))
     monkeypatch.setattr(learning_curve, "merged", lambda snapshot: snapshot / "merged")
     scored = []
@@ -212,3 +213,8 @@ def test_without_training_only_the_points_trained_so_far_are_scored_and_the_rest
     assert "Not trained yet: 4, 6 turns" in (out / "learning_curve.md").read_text()
     with pytest.raises(ValueError, match="no learning-curve run"):
         learning_curve.curve(cfg, tmp_path / "empty")
+    with pytest.raises(ValueError, match="another sft_keys"):  # never scored as if this config had trained it
+        learning_curve.curve(cfg.model_copy(update={"sft_keys": {"learning_rate": 1}}), out)
+    shutil.rmtree(out / "student" / "snapshots" / "turns_2")
+    with pytest.raises(ValueError, match="no point .* is trained yet"):
+        learning_curve.curve(cfg, out)

@@ -158,7 +158,7 @@ def test_snapshots_are_saved_and_validated_once_the_first_n_examples_are_seen(tm
     assert (out / "snapshots" / "turns_6" / "format.json").exists()
     # a snapshot carries its own record (what `fastvista models ship` reads): its examples, step and validation loss
     early_record = json.loads((out / "snapshots" / "turns_6" / "training_record.json").read_text())
-    assert early_record["examples"]["train"] == 6 and early_record["snapshot"]["step"] == 2
+    assert early_record["examples"]["train"] == 8 and early_record["snapshot"] == {"first_examples": 6, "step": 2, "examples_through_step": 8}
     assert early_record["final_eval_loss"] == next(e["eval_loss"] for e in record["eval_loss"] if e["step"] == 2)
     assert early_record["data_sha256"] == record["data_sha256"] and early_record["config"] == record["config"]
     from safetensors.torch import load_file

@@ -127,16 +127,21 @@ def snapshot_saver(trainer, steps: dict[int, int], out: Path, fmt, tokenizer, re
             seen = state.global_step * args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
             snapshot = {"first_examples": n, "step": state.global_step, "examples_through_step": seen}
             (partial / "snapshot.json").write_text(json.dumps(snapshot))
-            examples = {**record["examples"], "train": n}
+            # whole batches: the adapter has seen the first `seen` kept examples, N of the curve's point and a few more
+            examples = {**record["examples"], "train": min(seen, record["examples"]["train"])}
             write_record(partial, {**record, "examples": examples, "snapshot": snapshot, "final_eval_loss": None,
                                    "loss": [{"step": h["step"], "loss": h["loss"]} for h in state.log_history if "loss" in h]})
             partial.rename(folder)
 
         def on_evaluate(self, args, state, control, metrics=None, **kwargs):
             n = steps.get(state.global_step)
-            folder = out / "snapshots" / f"turns_{n}"
-            if n is not None and metrics and (folder / "training_record.json").exists() and trainer.accelerator.is_main_process:
-                write_record(folder, {"final_eval_loss": metrics.get("eval_loss")})
+            path = out / "snapshots" / f"turns_{n}" / "training_record.json"
+            if n is None or not metrics or not path.exists() or not trainer.accelerator.is_main_process:
+                return
+            saved = json.loads(path.read_text())
+            # only this run's snapshot of this step: never an older run's folder left in output_dir
+            if saved.get("snapshot", {}).get("step") == state.global_step and saved.get("data_sha256") == record["data_sha256"]:
+                write_record(path.parent, {"final_eval_loss": metrics.get("eval_loss")})
 
     return SnapshotSaver()
 

@@ -53,15 +53,18 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     front = {"base_model": base, "library_name": "peft", "license": "apache-2.0", "pipeline_tag": "text-generation",
              "tags": ["fastvista", "factuality", "dialogue", "lora", "trl"]}
     training = record.get("config", {}).get("training", {})
-    settings = {k: training.get(k) for k in ("num_train_epochs", "learning_rate", "per_device_train_batch_size",
+    settings = {k: training.get(k) for k in ("num_train_epochs", "learning_rate", "lr_scheduler_type", "per_device_train_batch_size",
                                              "gradient_accumulation_steps", "max_length", "bf16") if k in training}
     model = record.get("config", {}).get("model", {})
     settings.update({k: model.get(k) for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules") if k in model})
     fmt = record.get("format", {})
     turns = agreement.get("turns", {}).get("usable")
     snapshot = record.get("snapshot")
-    trained_on = (f"The first {snapshot['first_examples']} (one pass, a snapshot at step {snapshot['step']} of a learning-curve run)"
+    trained_on = (f"The first {record['examples']['train']} (one pass in file order: the snapshot at step {snapshot['step']} of a "
+                  f"learning-curve run, its {snapshot['first_examples']}-turn point; the settings below are that run's)"
                   if snapshot else str(record.get("examples", {}).get("train")))
+    cost = ("A snapshot: the run's time and memory are in its own record." if snapshot else
+            f"Trained in {record.get('train_runtime_s')} s at {record.get('tokens_per_s')} tokens/s (peak\nmemory {record.get('peak_memory_mb')} MB).")
     return f"""---
 {yaml.safe_dump(front, sort_keys=False).strip()}
 ---
@@ -92,8 +95,7 @@ dialogues never trained on; final validation loss {record.get('final_eval_loss')
 {yaml.safe_dump(settings, sort_keys=False).strip()}
 ```
 
-Trained in {record.get('train_runtime_s')} s at {record.get('tokens_per_s')} tokens/s (peak
-memory {record.get('peak_memory_mb')} MB).
+{cost}
 
 ## Agreement with the teacher ({turns} test turns of the corpus, never trained on)
 
@@ -113,7 +115,11 @@ def ship(adapter: Path, name: str, base: str, agreement: dict, students: Path) -
     missing = [f for f in FILES + ("training_record.json",) if not (adapter / f).exists()]
     if missing:
         raise ValueError(f"{adapter} lacks {', '.join(missing)}: is it a student trained by train/sft.py?")
-    trained_on = json.loads((adapter / "training_record.json").read_text()).get("base_model")
+    trained = json.loads((adapter / "training_record.json").read_text())
+    if trained.get("final_eval_loss") is None:
+        raise ValueError(f"{adapter}: its training record holds no validation loss (a run killed before validating it: "
+                         "resume it, or train with an eval_file)")
+    trained_on = trained.get("base_model")
     if trained_on and resolve_model(trained_on) != resolve_model(base):
         raise ValueError(f"{adapter} was trained on {trained_on}, not on {base}")
     if not (_get(agreement, ("turns", "usable")) or 0) > 0:
