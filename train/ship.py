@@ -60,7 +60,7 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     fmt = record.get("format", {})
     turns = agreement.get("turns", {}).get("usable")
     snapshot = record.get("snapshot")
-    trained_on = (f"The first {record['examples']['train']} (one pass in file order: the snapshot at step {snapshot['step']} of a "
+    trained_on = (f"The first {snapshot['examples_through_step']} (one pass in file order: the snapshot at step {snapshot['step']} of a "
                   f"learning-curve run, its {snapshot['first_examples']}-turn point; the settings below are that run's)"
                   if snapshot else str(record.get("examples", {}).get("train")))
     cost = ("A snapshot: the run's time and memory are in its own record." if snapshot else
