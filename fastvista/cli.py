@@ -779,7 +779,8 @@ def synth(
 
 @app.command("score")
 def score(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (configs/score/*.yaml): backend with the adapter, student settings, data."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (configs/score/*.yaml): backend with the adapter, student "
+                                          "settings, data. Default: configs/score/shipped_student_cpu.yaml, the shipped student."),
     input: Optional[str] = typer.Option(None, "--input", "-i", help="Input file (overrides data.input)."),
     source: Optional[str] = typer.Option(None, help=SOURCE_HELP + " (overrides data.source)"),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder: results.jsonl, summary.json, report.html, skipped.jsonl."),
@@ -794,14 +795,16 @@ def score(
     command resumes: dialogues already in results.jsonl are kept, failed ones are tried again.
     """
     from fastvista.config import load_config
-    from fastvista.infer.run import main
+    from fastvista.infer.run import DEFAULT_CONFIG, main
 
     overrides = list(set_)
     for key, value in [("data.input", input), ("data.source", source), ("data.limit", limit)]:
         if value is not None:
             overrides.append(f"{key}={json.dumps(value)}")
+    if config is None and not DEFAULT_CONFIG.exists():
+        fail(f"no --config given and the default, {DEFAULT_CONFIG}, is not there (it lives in a repository checkout): pass -c")
     try:
-        summary, scored = main(load_config(str(config) if config else None, overrides), out, skip_bad=skip_bad, progress=not quiet)
+        summary, scored = main(load_config(str(config or DEFAULT_CONFIG), overrides), out, skip_bad=skip_bad, progress=not quiet)
     except RUN_ERRORS as e:
         fail(str(e))
     if not quiet:

@@ -65,7 +65,14 @@ class ShippedStudent:
     notes: str = ""
 
 
-STUDENTS: dict[str, ShippedStudent] = {}
+STUDENTS: dict[str, ShippedStudent] = {
+    "smollm2-135m-student": ShippedStudent(
+        base="smollm2-135m-instruct",
+        adapter="students/smollm2-135m-student",
+        sha256="13d5cb7df960e5d60898cf2c193672942f4d303ba60d196352daa569d74c8eb2",
+        notes="the corpus's 752-turn learning-curve snapshot; its card holds the agreement with the teacher",
+    ),
+}
 
 
 class ModelError(RuntimeError):

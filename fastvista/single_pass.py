@@ -124,6 +124,18 @@ def render_target(claims: Sequence[Claim]) -> str:
     )
 
 
+def distinct_claims(claims: Sequence[Claim]) -> tuple[list[Claim], int]:
+    """The claims with exact repeats dropped (the first kept), and how many were dropped. A small
+    student decoding greedily can loop on one claim until the format's last line; a claim said
+    twice is one claim, and would weigh twice in the turn's score (the store keeps it once)."""
+    kept, seen = [], set()
+    for c in claims:
+        if c.text not in seen:
+            seen.add(c.text)
+            kept.append(c)
+    return kept, len(claims) - len(kept)
+
+
 def parse_output(text: str) -> list[Claim]:
     """Read the student's answer; FormatError names the first line that breaks the format."""
     lines = [l.strip() for l in text.strip().split("\n") if l.strip()]

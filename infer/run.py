@@ -9,13 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.config import DataSelection, selected
 from fastvista.contract import FILE, FormatMismatch, StudentFormat, check_format, read_format
-from fastvista.models import resolve_model
 from fastvista.llm import BackendConfig, fingerprint, make_checked_backend
 from fastvista.scheduler import Schedule, locked_folder, run_to_folder
 from fastvista.schema import ScoredDialogue
 from fastvista.summary import summarise
 from fastvista.infer.report import write_html
 from fastvista.infer.student import StudentConfig, score_dialogue
+from fastvista.models import repository_root, resolve_model
+
+DEFAULT_CONFIG = repository_root() / "configs" / "score" / "shipped_student_cpu.yaml"  # the shipped student
 
 
 class ScoreConfig(BaseModel):

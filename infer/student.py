@@ -25,7 +25,8 @@ from fastvista.memory import MAX_STORE_CLAIMS, initial_store, turn_result
 from fastvista.protocol import ScoringFailed, ask, usage_of
 from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult, Usage
 from fastvista.scoring import scored_dialogue
-from fastvista.single_pass import HISTORY_TURNS, MAX_CLAIM_CHARS, MAX_CLAIMS, max_answer_chars, output_regex, parse_output, student_messages
+from fastvista.single_pass import (HISTORY_TURNS, MAX_CLAIM_CHARS, MAX_CLAIMS, distinct_claims, max_answer_chars, output_regex,
+                                   parse_output, student_messages)
 from fastvista.window_pass import parse_window_output, window_messages, window_regex, windows
 
 CHARS_PER_TOKEN = 2  # no tokenizer spends fewer than this many characters of English claims a token on average
@@ -83,6 +84,11 @@ def label_confidences(logprobs: list[TokenLogprob] | None, claims: list[Claim]) 
     return confidences
 
 
+def repeats(dropped: int) -> dict | None:
+    """A turn's details when its answer repeated claims: how many were dropped."""
+    return {"repeated_claims_dropped": dropped} if dropped else None
+
+
 def student_request(messages: list[dict], cfg: StudentConfig, constrained: bool) -> ChatRequest:
     return ChatRequest(
         messages=messages,
@@ -108,7 +114,8 @@ def score_turn(
     for claim, confidence in zip(claims, label_confidences(completion.logprobs, claims)):
         claim.confidence = confidence
     errors = [f"student: {len(completions) - 1} unparseable answer(s) before one parsed"] if len(completions) > 1 else []
-    return turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions), errors)
+    claims, repeated = distinct_claims(claims)
+    return turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions), errors, repeats(repeated))
 
 
 def score_window(
@@ -132,7 +139,9 @@ def score_window(
     retried = [f"student: {len(completions) - 1} unparseable answer(s) before one parsed"] if len(completions) > 1 else []
     results = []
     for k, (index, claims) in enumerate(zip(window, per_turn)):
-        result, store = turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions) if k == 0 else Usage(), retried)
+        claims, repeated = distinct_claims(claims)
+        result, store = turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions) if k == 0 else Usage(), retried,
+                                    repeats(repeated))
         results.append(result)
     return results, store
 

@@ -125,11 +125,21 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
     from fastvista.train.ship import ship
 
     _, trained = shipped_student
-    (trained / "training_record.json").write_text(json.dumps({
-        "train_file": "runs/corpus_split/train.jsonl", "data_sha256": "ab" * 32, "examples": {"train": 2400, "eval": 300},
-        "format": {"history_turns": 4}, "config": {"training": {"num_train_epochs": 2, "learning_rate": 5e-4}, "model": {"lora_r": 2}}}))
+    record = {"train_file": "runs/corpus_split/train.jsonl", "data_sha256": "ab" * 32, "examples": {"train": 2400, "eval": 300},
+              "format": {"history_turns": 4}, "config": {"training": {"num_train_epochs": 2, "learning_rate": 5e-4}, "model": {"lora_r": 2}},
+              "final_eval_loss": None}
+    (trained / "training_record.json").write_text(json.dumps(record))
     agreement = {"turns": {"usable": 320}, "hallucinated_decision": {"agreement": 0.83, "kappa": 0.51},
                  "turn_score": {"pearson": 0.7, "pearson_ci95": [0.62, 0.77]}, "claims": {"recall": 0.72, "labels_on_aligned": {"accuracy": 0.69}}}
+    with pytest.raises(ValueError, match="no validation loss"):  # a snapshot whose run was killed before validating it
+        ship(trained, "tiny-shipped", "tinybase", agreement, tmp_path / "students")
+    snapshot = {**record, "final_eval_loss": 0.41, "examples": {"train": 768, "eval": 300},
+                "snapshot": {"first_examples": 753, "step": 48, "examples_through_step": 768}}
+    (trained / "training_record.json").write_text(json.dumps(snapshot))
+    card = (ship(trained, "tiny-snapshot", "tinybase", agreement, tmp_path / "students")[0] / "README.md").read_text()
+    assert "The first 768 (one pass in file order: the snapshot at step 48" in card and "its 753-turn point" in card
+    assert "final validation loss 0.41" in card and "None" not in card
+    (trained / "training_record.json").write_text(json.dumps({**record, "final_eval_loss": 0.4}))
     folder, sha = ship(trained, "tiny-shipped", "tinybase", agreement, tmp_path / "students")
     card = (folder / "README.md").read_text()
     assert card.startswith("---\nbase_model: tinybase\nlibrary_name: peft\n") and "ab" * 32 in card
@@ -146,3 +156,26 @@ def test_shipping_refuses_a_folder_that_is_not_a_trained_student(tmp_path):
 
     with pytest.raises(ValueError, match="lacks adapter_model.safetensors"):
         ship(tmp_path, "x", "tinybase", {}, tmp_path / "students")
+
+
+def test_score_defaults_to_the_shipped_student_whose_pinned_files_and_format_match(tmp_path, monkeypatch):
+    """`fastvista score` without --config scores with the shipped student: its config names a
+    pinned student whose files are the pinned ones and whose format is the one the config scores with."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from fastvista.cli import app
+    from fastvista.contract import StudentFormat, check_format, read_format
+    from fastvista.infer.run import DEFAULT_CONFIG, ScoreConfig
+
+    cfg = ScoreConfig.model_validate(yaml.safe_load(DEFAULT_CONFIG.read_text()))
+    spec = models.STUDENTS[cfg.backend.model]
+    folder = models.repository_root() / spec.adapter
+    assert models.shipped_digest(folder) == spec.sha256
+    used = StudentFormat(history_turns=cfg.student.history_turns, turns_per_call=cfg.student.turns_per_call,
+                         max_store_claims=cfg.student.max_store_claims)
+    check_format(read_format(folder), used, folder)  # raises on a mismatch
+    monkeypatch.setenv("FASTVISTA_MODELS", str(tmp_path / "models"))  # not installed there: named, with the fix
+    dialogues = models.repository_root() / "data" / "demo" / "q2_demo.jsonl"
+    done = CliRunner().invoke(app, ["score", "-i", str(dialogues), "--limit", "1", "-o", str(tmp_path / "out")])
+    assert done.exit_code != 0 and f"fastvista models fetch {cfg.backend.model}" in done.output

@@ -243,3 +243,16 @@ def test_a_window_answer_that_breaks_the_format_fails_the_dialogue():
     with pytest.raises(ScoringFailed, match=r"turns \[1, 3\]: no answer read"):
         drive(score_dialogue(d, StudentConfig(turns_per_call=2, retries=1), constrained=False), backend)
     assert len(backend.requests) == 2
+
+
+def test_a_claim_the_answer_repeats_counts_once_and_the_drop_is_recorded():
+    """A small student decoding greedily can loop on one claim; the loop must not weigh in the score."""
+    from fastvista.scoring import turn_score
+
+    looped = "The Louvre is huge. The Louvre is huge. The Louvre is huge. The Louvre is in Paris."
+    second = drive(score_dialogue(chat(second=looped), StudentConfig(), constrained=True), ScriptedStudent()).turns[1]
+    assert [c.text for c in second.claims] == ["The Louvre is huge.", "The Louvre is in Paris."]
+    assert second.details == {"repeated_claims_dropped": 2}
+    assert second.score == turn_score([c.label for c in second.claims]) == 0.5
+    first = drive(score_dialogue(chat(), StudentConfig(), constrained=True), ScriptedStudent()).turns[0]
+    assert first.details is None  # nothing repeated, nothing recorded
