@@ -48,7 +48,7 @@ demo: install
 	$(BIN)/fastvista eval agreement $(DEMO)/student_scored/results.jsonl $(DEMO)/teacher/labelled.jsonl -o $(DEMO)/agreement.json
 	$(BIN)/fastvista eval gold $(DEMO)/student_scored/results.jsonl -o $(DEMO)/gold_student.json
 	$(BIN)/fastvista eval gold $(DEMO)/teacher/labelled.jsonl -o $(DEMO)/gold_teacher.json
-	$(BIN)/fastvista eval speed -o $(DEMO)/speed --set model=$(SHIPPED_STUDENT) \
+	$(BIN)/fastvista eval speed -o $(DEMO)/speed --set model=$(SHIPPED_STUDENT) --set dtype=float32 \
 		--set data.input=data/demo/topical_chat_demo.jsonl --set skip_plain=true --set speculative_tokens=0
 	$(BIN)/fastvista eval report --agreement $(DEMO)/agreement.json --gold student=$(DEMO)/gold_student.json \
 		--gold teacher=$(DEMO)/gold_teacher.json --speed $(DEMO)/speed/speed.json \

@@ -69,7 +69,7 @@ STUDENTS: dict[str, ShippedStudent] = {
     "smollm2-135m-student": ShippedStudent(
         base="smollm2-135m-instruct",
         adapter="students/smollm2-135m-student",
-        sha256="13d5cb7df960e5d60898cf2c193672942f4d303ba60d196352daa569d74c8eb2",
+        sha256="5944834ae543f85940b86a3f843995899aad9232340e65aafcc9a2ca160e0826",
         notes="the corpus's 752-turn learning-curve snapshot; its card holds the agreement with the teacher",
     ),
 }
@@ -89,6 +89,9 @@ def resolve_model(name: str) -> str:
         folder = models_dir() / name
         if not (folder / MANIFEST).exists():
             raise ModelError(f"embedded model {name!r} is not installed in {models_dir()}: run `fastvista models fetch {name}`")
+        if name in STUDENTS and not current(name, STUDENTS[name].sha256):
+            raise ModelError(f"the student installed in {folder} is not the one pinned now (it was shipped again): "
+                             f"run `fastvista models fetch {name}`")
         return str(folder)
     return name
 

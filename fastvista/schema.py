@@ -106,7 +106,8 @@ class TurnResult(Record):
     usage: Usage = Field(default_factory=Usage)
     # Answers that were retried before one read, and other notes; never a failed call.
     errors: list[str] = Field(default_factory=list)
-    # What a scorer without claims bases its score on (Q2's questions and answers, a judge's reason).
+    # What a scorer without claims bases its score on (Q2's questions and answers, a judge's reason);
+    # for the student, the repeated claims of its answer that were merged.
     details: Optional[dict] = None
 
 

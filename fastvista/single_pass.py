@@ -124,16 +124,23 @@ def render_target(claims: Sequence[Claim]) -> str:
     )
 
 
-def distinct_claims(claims: Sequence[Claim]) -> tuple[list[Claim], int]:
-    """The claims with exact repeats dropped (the first kept), and how many were dropped. A small
+def distinct_claims(claims: Sequence[Claim]) -> tuple[list[Claim], dict | None]:
+    """The claims with exact repeats merged (in the order first said), and what was merged. A small
     student decoding greedily can loop on one claim until the format's last line; a claim said
-    twice is one claim, and would weigh twice in the turn's score (the store keeps it once)."""
-    kept, seen = [], set()
+    twice is one claim, and would weigh twice in the turn's score. A claim repeated with another
+    label keeps an unsafe one if it was ever given one: merging must never drop a hallucination."""
+    first: dict[str, Claim] = {}
+    labels: dict[str, set] = {}
     for c in claims:
-        if c.text not in seen:
-            seen.add(c.text)
-            kept.append(c)
-    return kept, len(claims) - len(kept)
+        kept = first.setdefault(c.text, c)
+        labels.setdefault(c.text, set()).add(c.label)
+        if kept.label.safe and not c.label.safe:
+            first[c.text] = c
+    dropped = len(claims) - len(first)
+    if not dropped:
+        return list(claims), None
+    conflicting = sum(len(found) > 1 for found in labels.values())
+    return list(first.values()), {"repeated_claims_dropped": dropped, "repeated_with_another_label": conflicting}
 
 
 def parse_output(text: str) -> list[Claim]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.config import DataSelection, selected
 from fastvista.contract import FILE, FormatMismatch, StudentFormat, check_format, read_format
@@ -27,6 +27,15 @@ class ScoreConfig(BaseModel):
     student: StudentConfig = Field(default_factory=StudentConfig)
     max_active: int = 256  # dialogues whose next turns form one wave (or are in flight at once)
     schedule: Schedule = "waves"  # continuous: each dialogue's next turn leaves as its last returns (openai backend)
+
+    @model_validator(mode="after")
+    def _adapter_loaded_is_used(self):
+        """An adapter loaded but not the one scoring would leave the base model scoring, silently."""
+        adapters = self.backend.lora_adapters
+        if adapters and self.student.adapter not in adapters:
+            raise ValueError(f"backend.lora_adapters loads {sorted(adapters)} but student.adapter is {self.student.adapter!r}: "
+                             f"set --set student.adapter={sorted(adapters)[0]} (or load no adapter)")
+        return self
 
 
 def check_student_format(backend: BackendConfig, cfg: StudentConfig) -> None:

@@ -84,11 +84,6 @@ def label_confidences(logprobs: list[TokenLogprob] | None, claims: list[Claim]) 
     return confidences
 
 
-def repeats(dropped: int) -> dict | None:
-    """A turn's details when its answer repeated claims: how many were dropped."""
-    return {"repeated_claims_dropped": dropped} if dropped else None
-
-
 def student_request(messages: list[dict], cfg: StudentConfig, constrained: bool) -> ChatRequest:
     return ChatRequest(
         messages=messages,
@@ -115,7 +110,7 @@ def score_turn(
         claim.confidence = confidence
     errors = [f"student: {len(completions) - 1} unparseable answer(s) before one parsed"] if len(completions) > 1 else []
     claims, repeated = distinct_claims(claims)
-    return turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions), errors, repeats(repeated))
+    return turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions), errors, repeated)
 
 
 def score_window(
@@ -141,7 +136,7 @@ def score_window(
     for k, (index, claims) in enumerate(zip(window, per_turn)):
         claims, repeated = distinct_claims(claims)
         result, store = turn_result(index, claims, store, cfg.max_store_claims, usage_of(completions) if k == 0 else Usage(), retried,
-                                    repeats(repeated))
+                                    repeated)
         results.append(result)
     return results, store
 

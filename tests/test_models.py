@@ -107,6 +107,10 @@ def test_a_shipped_student_installs_merged_with_its_format_and_card(shipped_stud
     q = next(k for k in original if k.endswith("self_attn.q_proj.weight"))
     k = next(k for k in original if k.endswith("self_attn.k_proj.weight"))
     assert not (merged[q] == original[q]).all() and (merged[k] == original[k]).all()  # only the adapted layers moved
+    spec = models.STUDENTS["tiny-student"]  # shipped again: the old install is never used in its place
+    models.STUDENTS["tiny-student"] = models.ShippedStudent(base=spec.base, adapter=spec.adapter, sha256="0" * 64)
+    with pytest.raises(ModelError, match="not the one pinned now"):
+        models.resolve_model("tiny-student")
 
 
 def test_a_shipped_student_whose_adapter_changed_is_refused(shipped_student):
@@ -175,6 +179,9 @@ def test_score_defaults_to_the_shipped_student_whose_pinned_files_and_format_mat
     used = StudentFormat(history_turns=cfg.student.history_turns, turns_per_call=cfg.student.turns_per_call,
                          max_store_claims=cfg.student.max_store_claims)
     check_format(read_format(folder), used, folder)  # raises on a mismatch
+    with pytest.raises(ValueError, match="student.adapter is None"):  # an adapter loaded but unused: the base would score
+        ScoreConfig.model_validate({**yaml.safe_load(DEFAULT_CONFIG.read_text()), "backend": {"kind": "vllm", "model": "b",
+                                                                                           "lora_adapters": {"student": "a"}}})
     monkeypatch.setenv("FASTVISTA_MODELS", str(tmp_path / "models"))  # not installed there: named, with the fix
     dialogues = models.repository_root() / "data" / "demo" / "q2_demo.jsonl"
     done = CliRunner().invoke(app, ["score", "-i", str(dialogues), "--limit", "1", "-o", str(tmp_path / "out")])

@@ -74,3 +74,17 @@ def test_a_turn_that_injects_instructions_stays_inside_its_section():
     sections = split_sections(render_user_message([], "ref", [], attack))
     assert sections["[TURN]"].count("\n") == 4
     assert sections["[KNOWLEDGE STORE]"] == "none"
+
+
+def test_a_claim_repeated_with_another_label_keeps_the_unsafe_one_never_dropping_a_hallucination():
+    from fastvista.labels import Label
+    from fastvista.schema import Claim
+    from fastvista.single_pass import distinct_claims
+
+    said = [Claim(text="X.", label=Label.VERIFIED, confidence=0.9), Claim(text="Y.", label=Label.OUT_OF_SCOPE),
+            Claim(text="X.", label=Label.LACKING_EVIDENCE, confidence=0.4), Claim(text="X.", label=Label.VERIFIED),
+            Claim(text="Y.", label=Label.OUT_OF_SCOPE)]
+    kept, details = distinct_claims(said)
+    assert [(c.text, c.label, c.confidence) for c in kept] == [("X.", Label.LACKING_EVIDENCE, 0.4), ("Y.", Label.OUT_OF_SCOPE, None)]
+    assert details == {"repeated_claims_dropped": 3, "repeated_with_another_label": 1}
+    assert distinct_claims(said[:2]) == (said[:2], None)

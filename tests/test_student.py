@@ -252,7 +252,7 @@ def test_a_claim_the_answer_repeats_counts_once_and_the_drop_is_recorded():
     looped = "The Louvre is huge. The Louvre is huge. The Louvre is huge. The Louvre is in Paris."
     second = drive(score_dialogue(chat(second=looped), StudentConfig(), constrained=True), ScriptedStudent()).turns[1]
     assert [c.text for c in second.claims] == ["The Louvre is huge.", "The Louvre is in Paris."]
-    assert second.details == {"repeated_claims_dropped": 2}
+    assert second.details == {"repeated_claims_dropped": 2, "repeated_with_another_label": 0}
     assert second.score == turn_score([c.label for c in second.claims]) == 0.5
     first = drive(score_dialogue(chat(), StudentConfig(), constrained=True), ScriptedStudent()).turns[0]
     assert first.details is None  # nothing repeated, nothing recorded
