@@ -16,10 +16,14 @@ and seconds per turn. Q2's run also gives the `Q2 w/o NLI` row (kept in each tur
 Results go to OUT/SCORER/NAME/results.jsonl (resumable: results made with other weights, prompts
 or settings are refused, not mixed in), the dialogues that failed to OUT/SCORER/NAME/failed.jsonl
 (counted per row; the same command tries them again); benchmark.json and benchmark.md.
+Scorers on their own engines (the teacher's model and the student's) are run one after the other
+into one folder: each run keeps the earlier runs' rows measured on the same dialogues, and where the
+teacher and the student both scored a set the table gives the student's accuracy minus the teacher's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 from pathlib import Path
@@ -67,6 +71,42 @@ def without_nli(scored, threshold: float) -> dict:
             "separation": separation([s for s, _ in pairs], [g for _, g in pairs])}
 
 
+def ids_digest(dialogues) -> str:
+    """Which dialogues a row was measured on: rows side by side must share it."""
+    return hashlib.sha256("\n".join(sorted(d.id for d in dialogues)).encode()).hexdigest()[:12]
+
+
+def earlier_rows(path: Path, sets: dict, scorers: set) -> dict:
+    """The rows an earlier run of this folder measured for other scorers on the same dialogues, so
+    that scorers on their own engines (the teacher's model, the student's) end in one table; a row
+    on other dialogues of a set's name is dropped, never shown beside this run's."""
+    if not path.exists():
+        return {}
+    kept = {}
+    for name, rows in json.loads(path.read_text())["results"].items():
+        for scorer, row in rows.items():
+            base = scorer.removesuffix(" w/o NLI")  # Q2's derived row goes with its run
+            if name in sets and base not in scorers and row.get("dialogues", rows.get(base, {}).get("dialogues")) == ids_digest(sets[name]):
+                kept.setdefault(name, {})[scorer] = row
+            elif base not in scorers:
+                print(f"benchmark: the earlier {scorer} row on {name} is not shown: its dialogues are not this run's")
+    return kept
+
+
+def same_turns_gap(results: dict) -> list[str]:
+    """Where the student and the teacher scored the same dialogues: the student's turn accuracy
+    minus the teacher's (the student issue asks for it within 0.05)."""
+    notes = []
+    for data, rows in results.items():
+        teacher, student = rows.get("teacher"), rows.get("student")
+        if teacher and student and teacher.get("dialogues") == student.get("dialogues"):
+            a, b = student["turn_accuracy"].get("accuracy"), teacher["turn_accuracy"].get("accuracy")
+            if a is not None and b is not None and not teacher.get("failed_dialogues") and not student.get("failed_dialogues"):
+                notes.append(f"{data}: student turn accuracy {a:.3f} vs teacher {b:.3f} on the same {student['turn_accuracy']['n']} turns "
+                             f"(student minus teacher {a - b:+.3f})")
+    return notes
+
+
 def table(results: dict) -> str:
     lines = [f"| data | scorer | n | failed dialogues | {DECISION_HEADER} | score AUC | mean score faithful / halluc. | calls/turn | "
              "tokens/turn | s/turn |", "|" + "---|" * 16]
@@ -81,7 +121,8 @@ def table(results: dict) -> str:
             lines.append(f"| {data} | {name} | {acc['n']} | {cell(r.get('failed_dialogues'))} | {decision_cells(acc)} | {sep['roc_auc']} | "
                          f"{sep['mean_faithful']} / {sep['mean_hallucinated']} | {cell(r.get('calls_per_turn'))} | {cell(tokens)} | "
                          f"{r.get('seconds_per_turn') or '-'} |")
-    return "\n".join(lines)
+    gaps = same_turns_gap(results)
+    return "\n".join(lines + ([""] + gaps if gaps else []))
 
 
 def parse_data(item: str) -> tuple[str, str, int | None]:
@@ -145,7 +186,7 @@ def benchmark(config_path: str, scorers: list[str], data: list[str], out: Path, 
         backend = backend or build()
         return backend
 
-    results: dict = {}
+    results = earlier_rows(out / "benchmark.json", sets, set(configs))
     for name, dialogues in sets.items():
         for scorer, config in configs.items():
             folder = out / scorer / name
@@ -155,7 +196,7 @@ def benchmark(config_path: str, scorers: list[str], data: list[str], out: Path, 
             # wall time means something only when this run scored every dialogue itself; the engine's start is not a turn's
             wall = stats.wall_seconds - stats.engine_start_seconds if stats.labelled == len(dialogues) and stats.cached_calls == 0 else None
             scored = read_scored(folder / "results.jsonl", {d.id for d in dialogues})
-            results.setdefault(name, {})[scorer] = figures(scored, wall, len(stats.failed))
+            results.setdefault(name, {})[scorer] = {**figures(scored, wall, len(stats.failed)), "dialogues": ids_digest(dialogues)}
             if scorer == "q2":
                 results[name]["q2 w/o NLI"] = without_nli(scored, config.q2.threshold)
             (out / "benchmark.json").write_text(json.dumps({"config": config_path, "results": results}, indent=2))

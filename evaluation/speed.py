@@ -155,6 +155,8 @@ def table(result: dict) -> str:
             notes.append(f"{name}: {r['speculation']['accepted_tokens']} of {r['speculation']['draft_tokens']} drafted tokens accepted "
                          f"({r['speculation']['acceptance_rate']}); outputs identical to greedy without drafting on "
                          f"{r['identical']['identical']} of {r['identical']['turns']} turns.")
+        if "note" in r:
+            notes.append(f"{name}: {r['note']}.")
     return "\n".join(rows + notes)
 
 
@@ -273,6 +275,9 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
             base = "student, dialogue-level"
         if wanted(base):
             configs[base] = measure(base, dialogues, machine, on("window", args.window_model), out)
+            if args.window_forced:  # its targets are the per-turn claims after repeats were merged
+                configs[base]["note"] = ("forced to the per-turn student's claims with exact repeats merged (distinct_claims), "
+                                         "so it may decode fewer tokens than the per-turn row: compare completion tokens per turn")
         name = f"{base} + n-gram"
         if args.speculative_tokens and wanted(name):
             configs[name] = measure(name, dialogues, machine, on("window ngram", args.window_model, speculative=ngram), out)

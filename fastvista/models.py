@@ -189,8 +189,14 @@ def replace_folder(build: Path, target: Path) -> None:
 def install_student(name: str, force: bool = False, log=print) -> Path:
     """Merge a shipped student's adapter into its base (installed first) under `models_dir()`;
     refuses shipped files whose digest differs from the pinned one."""
+    import importlib.util
+
     from fastvista.train.merge import merge
 
+    lacking = [m for m in ("torch", "transformers", "peft") if importlib.util.find_spec(m) is None]
+    if lacking:
+        raise ModelError(f"{name}: installing a student merges its adapter, which needs {', '.join(lacking)}: "
+                         "install the training extra (`pip install -e '.[train]'`, or `make install`)")
     spec = STUDENTS[name]
     target = models_dir() / name
     if current(name, spec.sha256) and not force:

@@ -319,6 +319,27 @@ def test_benchmark_results_record_weights_and_prompts_and_a_resume_refuses_other
         assert edited.exit_code == 2 and "judge/toy/results.jsonl:1 was made with other settings (differing: prompts_version)" in edited.output
 
 
+def test_benchmark_runs_on_their_own_engines_end_in_one_table_only_on_the_same_dialogues(tmp_path):
+    records = toy_set(tmp_path / "in.jsonl")
+    with FakeOpenAI() as server:
+        for scorer in ("teacher", "student"):  # as the teacher's model and the student's would be served: one run each
+            result = CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", scorer, "--data", f"toy={records}"))
+            assert result.exit_code == 0, result.output
+        results = json.loads((tmp_path / "b/benchmark.json").read_text())["results"]
+        assert set(results["toy"]) == {"teacher", "student"}
+        gap = results["toy"]["student"]["turn_accuracy"]["accuracy"] - results["toy"]["teacher"]["turn_accuracy"]["accuracy"]
+        assert f"student minus teacher {gap:+.3f}" in (tmp_path / "b/benchmark.md").read_text()
+        # the student again on other dialogues of the same set name: the teacher's row is not set beside it
+        other = toy_set(tmp_path / "other.jsonl", [("Paris is the capital of France.", "faithful")])
+        result = CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", "student", "--data", f"toy={other}", "--out", str(tmp_path / "c")))
+        assert result.exit_code == 0, result.output
+        (tmp_path / "c/benchmark.json").write_text((tmp_path / "b/benchmark.json").read_text())
+        result = CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", "student", "--data", f"toy={other}", "--out", str(tmp_path / "c")))
+        assert result.exit_code == 0 and "earlier teacher row on toy is not shown" in result.output
+    assert set(json.loads((tmp_path / "c/benchmark.json").read_text())["results"]["toy"]) == {"student"}
+    assert "student minus teacher" not in (tmp_path / "c/benchmark.md").read_text()
+
+
 def test_benchmark_checks_the_shared_engine_for_every_scorers_adapter_before_any_scores(tmp_path):
     records = toy_set(tmp_path / "in.jsonl")
     with FakeOpenAI() as server:  # serves "student", not "student2"

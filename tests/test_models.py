@@ -123,6 +123,16 @@ def test_a_shipped_student_whose_adapter_changed_is_refused(shipped_student):
     assert models.installed("tiny-student") is None
 
 
+def test_installing_a_student_without_peft_says_which_extra_to_install(shipped_student, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    with pytest.raises(ModelError, match=r"needs peft.*\[train\]"):
+        models.fetch("tiny-student", log=lambda *_: None)
+    assert models.installed("tiny-student") is None
+
+
 def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_installs(shipped_student, tmp_path, monkeypatch):
     import json
 

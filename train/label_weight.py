@@ -47,8 +47,6 @@ def weigh_decisions(model, weight: float, bars: set[int], firsts: dict[int, str]
     """Make `model`'s backward pass weigh decision tokens by `weight`. Returns `set_batch(input_ids,
     labels)`, to call before each forward. The hook sits on the decoder's final norm, whose output
     is the hidden state the LM head reads (also under TRL's fused LM head)."""
-    import torch
-
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     norm = getattr(decoder, "norm", None)
     if norm is None:
