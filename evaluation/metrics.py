@@ -45,6 +45,20 @@ def decision_agreement(a: Sequence[bool], b: Sequence[bool]) -> dict:
     return {"n": len(a), "agreement": round(sum(x == y for x, y in zip(a, b)) / len(a), 4), "kappa": round(float(kappa), 4)}
 
 
+def paired_accuracy_gap(a_right: Sequence[bool], b_right: Sequence[bool], n_boot: int = 2000, seed: int = 0) -> dict:
+    """A's accuracy minus B's on the same items (each item right or wrong for both), with a
+    bootstrap 95% interval resampling items, so the pairing narrows it."""
+    a, b = np.asarray(a_right, float), np.asarray(b_right, float)
+    if len(a) != len(b):
+        raise ValueError(f"paired accuracy: {len(a)} items against {len(b)}")
+    if not len(a):
+        return {"n": 0, "gap": None, "ci95": None}
+    diff = a - b
+    rng = np.random.default_rng(seed)
+    boots = [diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(n_boot)]
+    return {"n": int(len(a)), "gap": round(float(diff.mean()), 4), "ci95": [round(float(v), 4) for v in np.percentile(boots, [2.5, 97.5])]}
+
+
 def accuracy(predicted: Sequence[bool], gold: Sequence[bool]) -> dict:
     """Turn decisions (True: hallucinated) against human labels: accuracy, and precision, recall
     and F1 with hallucinated as the positive class, as VISTA's released evaluator reports them, so

@@ -328,6 +328,8 @@ def test_benchmark_runs_on_their_own_engines_end_in_one_table_only_on_the_same_d
         results = json.loads((tmp_path / "b/benchmark.json").read_text())["results"]
         assert set(results["toy"]) == {"teacher", "student"}
         gap = results["toy"]["student"]["turn_accuracy"]["accuracy"] - results["toy"]["teacher"]["turn_accuracy"]["accuracy"]
+        paired = json.loads((tmp_path / "b/benchmark.json").read_text())["student_minus_teacher"]["toy"]
+        assert paired["n"] == 2 and paired["gap"] == pytest.approx(gap) and paired["ci95"][0] <= gap <= paired["ci95"][1]
         assert f"student minus teacher {gap:+.3f}" in (tmp_path / "b/benchmark.md").read_text()
         # the student again on other dialogues of the same set name: the teacher's row is not set beside it
         other = toy_set(tmp_path / "other.jsonl", [("Paris is the capital of France.", "faithful")])

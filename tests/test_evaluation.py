@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fastvista.evaluation.compare import against_gold, agreement
-from fastvista.evaluation.metrics import accuracy, align, correlation, decision_agreement, label_report, token_f1
+from fastvista.evaluation.metrics import accuracy, align, correlation, decision_agreement, label_report, paired_accuracy_gap, token_f1
 from fastvista.labels import Label
 from fastvista.protocol import drive
 
@@ -239,3 +239,14 @@ def test_prompts_alone_replays_the_students_very_prompts_for_one_token():
     assert [r.messages for r in replay.requests] == [r.messages for r in student.requests]
     assert all(r.max_tokens == 1 and r.regex is None for r in replay.requests)
     assert [t.claims for t in result.turns] == [t.claims for t in per_turn.turns]
+
+
+def test_a_paired_gap_is_the_difference_of_accuracies_and_pairing_narrows_its_interval():
+    student = [True] * 40 + [False] * 60
+    same_turns = paired_accuracy_gap(student, student)
+    assert same_turns["gap"] == 0 and same_turns["ci95"] == [0, 0]  # right and wrong on the same turns: no doubt about the gap
+    teacher = [True] * 50 + [False] * 50
+    gap = paired_accuracy_gap(student, teacher)
+    assert gap["n"] == 100 and gap["gap"] == pytest.approx(-0.10) and gap["ci95"][0] < -0.10 < gap["ci95"][1] < 0
+    with pytest.raises(ValueError, match="100 items against 99"):
+        paired_accuracy_gap(student, teacher[:99])
