@@ -71,46 +71,71 @@ def without_nli(scored, threshold: float) -> dict:
             "separation": separation([s for s, _ in pairs], [g for _, g in pairs])}
 
 
-def ids_digest(dialogues) -> str:
-    """Which dialogues a row was measured on: rows side by side must share it."""
-    return hashlib.sha256("\n".join(sorted(d.id for d in dialogues)).encode()).hexdigest()[:12]
+def data_digest(dialogues) -> str:
+    """What a row was measured on, content and human labels included: rows side by side must share it."""
+    return hashlib.sha256("\n".join(sorted(d.model_dump_json() for d in dialogues)).encode()).hexdigest()[:12]
 
 
-def earlier_rows(path: Path, sets: dict, scorers: set) -> dict:
-    """The rows an earlier run of this folder measured for other scorers on the same dialogues, so
-    that scorers on their own engines (the teacher's model, the student's) end in one table; a row
-    on other dialogues of a set's name is dropped, never shown beside this run's."""
+def earlier_rows(out: Path, sets: dict, scorers: set) -> dict:
+    """The rows earlier runs of this folder measured, except those this run measures again, so that
+    scorers on their own engines (the teacher's model, the student's) end in one table. On a set of
+    this run, a row made on other dialogues or labels, or whose results are gone, is dropped with a
+    message, never shown beside this run's rows."""
+    path = out / "benchmark.json"
     if not path.exists():
         return {}
+    try:
+        earlier = json.loads(path.read_text())["results"]
+        rows_by_set = {name: dict(rows) for name, rows in earlier.items()}
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a table this version wrote ({e!r}); delete it to start the table afresh "
+                         "(the results folders are kept, and resumed)") from None
     kept = {}
-    for name, rows in json.loads(path.read_text())["results"].items():
+    for name, rows in rows_by_set.items():
         for scorer, row in rows.items():
             base = scorer.removesuffix(" w/o NLI")  # Q2's derived row goes with its run
-            if name in sets and base not in scorers and row.get("dialogues", rows.get(base, {}).get("dialogues")) == ids_digest(sets[name]):
+            if name not in sets:
                 kept.setdefault(name, {})[scorer] = row
-            elif base not in scorers:
-                print(f"benchmark: the earlier {scorer} row on {name} is not shown: its dialogues are not this run's")
+            elif base in scorers:
+                continue  # measured again now
+            elif not isinstance(row, dict) or rows.get(base, {}).get("dialogues") != data_digest(sets[name]):
+                print(f"benchmark: the earlier {scorer} row on {name} is not shown: it was measured on other dialogues or labels")
+            elif not (out / base / name / "results.jsonl").exists():
+                print(f"benchmark: the earlier {scorer} row on {name} is not shown: {out / base / name / 'results.jsonl'} is gone")
+            else:
+                kept.setdefault(name, {})[scorer] = row
     return kept
 
 
-def student_vs_teacher(out: Path, results: dict) -> dict:
-    """Per data set where the teacher and the student both scored every dialogue of the same set:
-    the student's turn accuracy minus the teacher's on the very same turns, with a paired bootstrap
-    interval (the student issue asks for it within 0.05)."""
+def student_vs_teacher(out: Path, results: dict, sets: dict) -> dict:
+    """Per data set of this run that the teacher and the student both scored whole, on the same
+    dialogues: the student's turn accuracy minus the teacher's on the very same turns, with a paired
+    bootstrap interval (the student issue asks for it within 0.05)."""
     gaps = {}
-    for data, rows in results.items():
-        teacher, student = rows.get("teacher"), rows.get("student")
-        if not (teacher and student) or teacher.get("dialogues") != student.get("dialogues") or teacher["failed_dialogues"] or student["failed_dialogues"]:
+    for data, dialogues in sets.items():
+        teacher, student = results.get(data, {}).get("teacher"), results.get(data, {}).get("student")
+        if not (teacher and student):
             continue
-        right = {}
+        if teacher["failed_dialogues"] or student["failed_dialogues"]:
+            print(f"benchmark: no student-teacher gap on {data}: dialogues failed (teacher {teacher['failed_dialogues']}, "
+                  f"student {student['failed_dialogues']})")
+            continue
+        ids, right = {d.id for d in dialogues}, {}
         for scorer in ("teacher", "student"):
             right[scorer] = {(d.id, t.index): decision(t, "vista") == (d.dialogue.turns[t.index].gold.label == "hallucinated")
-                             for d in read_scored(out / scorer / data / "results.jsonl") for t in d.turns
+                             for d in read_scored(out / scorer / data / "results.jsonl", ids) for t in d.turns
                              if d.dialogue.turns[t.index].gold and d.dialogue.turns[t.index].gold.label}
         turns = sorted(right["teacher"].keys() & right["student"].keys())
         gaps[data] = {**paired_accuracy_gap([right["student"][k] for k in turns], [right["teacher"][k] for k in turns]),
                       "student_accuracy": student["turn_accuracy"]["accuracy"], "teacher_accuracy": teacher["turn_accuracy"]["accuracy"]}
     return gaps
+
+
+def write_json(path: Path, value: dict) -> None:
+    """Replaced whole, never half-written: a later run reads it."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value, indent=2))
+    partial.replace(path)
 
 
 def table(results: dict) -> str:
@@ -132,7 +157,8 @@ def table(results: dict) -> str:
 
 def gap_lines(gaps: dict) -> list[str]:
     return [f"{data}: student turn accuracy {g['student_accuracy']:.3f} vs teacher {g['teacher_accuracy']:.3f} on the same {g['n']} turns; "
-            f"student minus teacher {g['gap']:+.3f} [95% CI {g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}]" for data, g in gaps.items() if g["n"]]
+            f"student minus teacher {g['gap']:+.3f} [95% CI {g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}]"
+            for data, g in gaps.items() if g["n"] and g["student_accuracy"] is not None and g["teacher_accuracy"] is not None]
 
 
 def parse_data(item: str) -> tuple[str, str, int | None]:
@@ -196,7 +222,8 @@ def benchmark(config_path: str, scorers: list[str], data: list[str], out: Path, 
         backend = backend or build()
         return backend
 
-    results = earlier_rows(out / "benchmark.json", sets, set(configs))
+    results = earlier_rows(out, sets, set(configs))
+    earlier_gaps = json.loads((out / "benchmark.json").read_text()).get("student_minus_teacher", {}) if results else {}
     for name, dialogues in sets.items():
         for scorer, config in configs.items():
             folder = out / scorer / name
@@ -206,12 +233,13 @@ def benchmark(config_path: str, scorers: list[str], data: list[str], out: Path, 
             # wall time means something only when this run scored every dialogue itself; the engine's start is not a turn's
             wall = stats.wall_seconds - stats.engine_start_seconds if stats.labelled == len(dialogues) and stats.cached_calls == 0 else None
             scored = read_scored(folder / "results.jsonl", {d.id for d in dialogues})
-            results.setdefault(name, {})[scorer] = {**figures(scored, wall, len(stats.failed)), "dialogues": ids_digest(dialogues)}
+            results.setdefault(name, {})[scorer] = {**figures(scored, wall, len(stats.failed)), "dialogues": data_digest(dialogues),
+                                                    "config": config_path, "model": config.backend.model if config.backend else None}
             if scorer == "q2":
                 results[name]["q2 w/o NLI"] = without_nli(scored, config.q2.threshold)
-            (out / "benchmark.json").write_text(json.dumps({"config": config_path, "results": results}, indent=2))
-    gaps = student_vs_teacher(out, results)
-    (out / "benchmark.json").write_text(json.dumps({"config": config_path, "results": results, "student_minus_teacher": gaps}, indent=2))
+            write_json(out / "benchmark.json", {"results": results})
+    gaps = {**{k: v for k, v in earlier_gaps.items() if k not in sets}, **student_vs_teacher(out, results, sets)}
+    write_json(out / "benchmark.json", {"results": results, "student_minus_teacher": gaps})
     text = "\n".join([table(results), *([""] + gap_lines(gaps) if gaps else [])])
     (out / "benchmark.md").write_text(text + "\n")
     print(text)

@@ -282,6 +282,8 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
         if args.speculative_tokens and wanted(name):
             configs[name] = measure(name, dialogues, machine, on("window ngram", args.window_model, speculative=ngram), out)
             configs[name]["identical"] = same_outputs(configs[base]["results"], configs[name]["results"])
+            if "note" in configs[base]:
+                configs[name]["note"] = configs[base]["note"]
     served_rows = [(f"{who}, served, {schedule}", machines[who], schedule) for who in ("teacher", "student") for schedule in SCHEDULES]
     if args.served and any(wanted(name) for name, _, _ in served_rows):
         url = f"http://127.0.0.1:{args.port}/v1"

@@ -714,8 +714,11 @@ def eval_benchmark(
         results = main(str(config), scorer, data, out, set_)
     except RUN_ERRORS as e:
         fail(str(e))
-    failed = [f"{name} on {data_name}: {r['failed_dialogues']}" for data_name, rows in results.items()
-              for name, r in rows.items() if r.get("failed_dialogues")]
+    from fastvista.evaluation.benchmark import parse_data
+
+    names = {parse_data(item)[0] for item in data}  # rows kept from earlier runs are not this run's failures
+    failed = [f"{name} on {data_name}: {r['failed_dialogues']}" for data_name, rows in results.items() if data_name in names
+              for name, r in rows.items() if r.get("failed_dialogues") and name in scorer]
     if failed:
         typer.secho(f"error: dialogues could not be scored ({'; '.join(failed)}); reasons in {out}/SCORER/NAME/failed.jsonl. "
                     "Fix the cause and run the same command again: it scores only those.", fg=typer.colors.RED, err=True)

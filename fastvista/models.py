@@ -193,15 +193,15 @@ def install_student(name: str, force: bool = False, log=print) -> Path:
 
     from fastvista.train.merge import merge
 
-    lacking = [m for m in ("torch", "transformers", "peft") if importlib.util.find_spec(m) is None]
-    if lacking:
-        raise ModelError(f"{name}: installing a student merges its adapter, which needs {', '.join(lacking)}: "
-                         "install the training extra (`pip install -e '.[train]'`, or `make install`)")
     spec = STUDENTS[name]
     target = models_dir() / name
     if current(name, spec.sha256) and not force:
         log(f"{name}: already installed in {target}")
         return target
+    lacking = [m for m in ("torch", "transformers", "peft") if importlib.util.find_spec(m) is None]
+    if lacking:
+        raise ModelError(f"{name}: installing a student merges its adapter, which needs {', '.join(lacking)}: "
+                         "install the training extra (`pip install -e '.[train]'`, or `make install`)")
     adapter = repository_root() / spec.adapter
     missing = [f for f in SHIPPED_FILES if not (adapter / f).is_file()]
     if missing:

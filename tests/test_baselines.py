@@ -331,15 +331,28 @@ def test_benchmark_runs_on_their_own_engines_end_in_one_table_only_on_the_same_d
         paired = json.loads((tmp_path / "b/benchmark.json").read_text())["student_minus_teacher"]["toy"]
         assert paired["n"] == 2 and paired["gap"] == pytest.approx(gap) and paired["ci95"][0] <= gap <= paired["ci95"][1]
         assert f"student minus teacher {gap:+.3f}" in (tmp_path / "b/benchmark.md").read_text()
-        # the student again on other dialogues of the same set name: the teacher's row is not set beside it
-        other = toy_set(tmp_path / "other.jsonl", [("Paris is the capital of France.", "faithful")])
-        result = CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", "student", "--data", f"toy={other}", "--out", str(tmp_path / "c")))
-        assert result.exit_code == 0, result.output
-        (tmp_path / "c/benchmark.json").write_text((tmp_path / "b/benchmark.json").read_text())
-        result = CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", "student", "--data", f"toy={other}", "--out", str(tmp_path / "c")))
+        # the teacher, then the same ids relabelled, then the student: the teacher's row was judged on other labels
+        other = toy_set(tmp_path / "other.jsonl")
+        c = ["--out", str(tmp_path / "c")]
+        assert CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", "teacher", "--data", f"toy={other}", *c)).exit_code == 0
+        toy_set(other, [("Paris is the capital of France.", "hallucinated"), ("Lyon is the capital of Spain.", "faithful")])
+        result = CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", "student", "--data", f"toy={other}", *c))
         assert result.exit_code == 0 and "earlier teacher row on toy is not shown" in result.output
-    assert set(json.loads((tmp_path / "c/benchmark.json").read_text())["results"]["toy"]) == {"student"}
-    assert "student minus teacher" not in (tmp_path / "c/benchmark.md").read_text()
+        assert set(json.loads((tmp_path / "c/benchmark.json").read_text())["results"]["toy"]) == {"student"}
+        assert "student minus teacher" not in (tmp_path / "c/benchmark.md").read_text()
+        # a table this version cannot read is refused, naming it, before anything is scored
+        (tmp_path / "b/benchmark.json").write_text('{"results": {"toy')
+        result = CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", "judge", "--data", f"toy={records}"))
+        assert result.exit_code == 2 and "b/benchmark.json: not a table this version wrote" in result.output
+
+
+def test_a_benchmark_run_exits_3_only_for_its_own_failures(tmp_path):
+    records = toy_set(tmp_path / "in.jsonl", [("Paris is the capital of France.", "faithful"), ("GARBLE is a word.", "hallucinated")])
+    with FakeOpenAI() as server:
+        assert CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", "judge", "--data", f"toy={records}")).exit_code == 3
+        result = CliRunner().invoke(app, benchmark_args(tmp_path, server, "--scorer", "student", "--data", f"toy={records}"))
+    assert result.exit_code == 0, result.output  # the judge's failed dialogue is the judge run's to retry
+    assert "| toy | judge | 1 | 1 |" in (tmp_path / "b/benchmark.md").read_text()
 
 
 def test_benchmark_checks_the_shared_engine_for_every_scorers_adapter_before_any_scores(tmp_path):
