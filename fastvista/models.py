@@ -69,8 +69,8 @@ STUDENTS: dict[str, ShippedStudent] = {
     "smollm2-135m-student": ShippedStudent(
         base="smollm2-135m-instruct",
         adapter="students/smollm2-135m-student",
-        sha256="5944834ae543f85940b86a3f843995899aad9232340e65aafcc9a2ca160e0826",
-        notes="the corpus's 752-turn learning-curve snapshot; its card holds the agreement with the teacher",
+        sha256="e2d332c24c4c09615b57a75641af48eb98b677761cf369361286fc3e6f9c0f6f",
+        notes="the corpus's 1,504-turn learning-curve snapshot; its card holds the agreement with the teacher",
     ),
 }
 
