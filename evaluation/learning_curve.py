@@ -42,6 +42,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from fastvista.train.data import file_hash, read_examples
+from fastvista.train.ship import TARGETS, report_value
 
 METRICS = {  # agreement report key path -> column
     ("hallucinated_decision", "agreement"): "decision agreement",
@@ -69,8 +70,8 @@ class LearningCurveConfig(BaseModel):
     train: bool = True  # false: no training, score the points trained so far (between the chunks of a long run)
 
 
-NOTE = ("Each point is one pass over its training turns at a constant learning rate (snapshots of one run), "
-        "not the shipped recipe (two epochs, cosine schedule): the curve compares sizes, the shipped student is trained apart.")
+NOTE = ("Each point is one pass over its first N training turns at a constant learning rate: snapshots of one run, "
+        "so a point is what a run on its turns alone would be. A point ships like a finished run (`fastvista models ship SNAPSHOT`).")
 
 
 def first_turns(examples: list[dict], n: int) -> list[dict]:
@@ -85,12 +86,6 @@ def first_turns(examples: list[dict], n: int) -> list[dict]:
             dialogues.add(e["dialogue_id"])
         taken.append(e)
     return taken
-
-
-def metric(report: dict, path: tuple) -> float | None:
-    for key in path:
-        report = report.get(key) if isinstance(report, dict) else None
-    return report
 
 
 def table(points: list[dict]) -> str:
@@ -110,11 +105,15 @@ def plot(points: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    for column in ("decision agreement", "kappa", "turn-score Pearson", "label accuracy (aligned)"):
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    targets = {path: target for _, path, target in TARGETS}
+    for key, column in METRICS.items():
         xs = [p["turns"] for p in points if p["metrics"].get(column) is not None]
-        ax.plot(xs, [p["metrics"][column] for p in points if p["metrics"].get(column) is not None], "o-", label=column)
+        [line] = ax.plot(xs, [p["metrics"][column] for p in points if p["metrics"].get(column) is not None], "o-", label=column)
+        if key in targets:  # the target, dashed in the metric's colour
+            ax.axhline(targets[key], color=line.get_color(), linestyle="--", linewidth=0.8, alpha=0.7)
     ax.set_xscale("log")
+    ax.set_title("dashed: the targets", fontsize=8)
     ax.set_xlabel("teacher-labelled training turns")
     ax.set_ylabel("agreement with the teacher (test turns)")
     ax.legend(fontsize=8)
@@ -261,8 +260,8 @@ def score_point(cfg: LearningCurveConfig, size: int, subset: list[dict], model: 
     (scored / "agreement.json").write_text(json.dumps(report, indent=2))
     return {"turns": size, "dialogues": len({e["dialogue_id"] for e in subset}), "scores": str(scored),
             "test_turns": report["turns"]["usable"], "test_turns_unscored": report["turns"]["only_teacher"],
-            "metrics": {column: metric(report, path) for path, column in METRICS.items()},
-            "turn_score_pearson_ci95": metric(report, ("turn_score", "pearson_ci95")), **record,
+            "metrics": {column: report_value(report, path) for path, column in METRICS.items()},
+            "turn_score_pearson_ci95": report_value(report, ("turn_score", "pearson_ci95")), **record,
             "parsed": parsed_share(json.loads((scored / "summary.json").read_text()), read_failed(scored))}
 
 

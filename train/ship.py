@@ -28,7 +28,8 @@ TARGETS = (
 FILES = ("adapter_model.safetensors", "adapter_config.json", "format.json")
 
 
-def _get(report: dict, path: tuple):
+def report_value(report: dict, path: tuple):
+    """The value at `path` of an agreement report (None where it is missing)."""
     for key in path:
         report = report.get(key) if isinstance(report, dict) else None
     return report
@@ -37,9 +38,9 @@ def _get(report: dict, path: tuple):
 def target_table(agreement: dict) -> str:
     lines = ["| measure (test turns, student vs teacher) | value | target | met |", "|---|---|---|---|"]
     for label, path, target in TARGETS:
-        value = _get(agreement, path)
+        value = report_value(agreement, path)
         if path == ("turn_score", "pearson"):
-            ci = _get(agreement, ("turn_score", "pearson_ci95"))
+            ci = report_value(agreement, ("turn_score", "pearson_ci95"))
             shown = f"{value} [{ci[0]}, {ci[1]}]" if value is not None and ci else str(value)
         else:
             shown = str(value)
@@ -122,7 +123,7 @@ def ship(adapter: Path, name: str, base: str, agreement: dict, students: Path) -
     trained_on = trained.get("base_model")
     if trained_on and resolve_model(trained_on) != resolve_model(base):
         raise ValueError(f"{adapter} was trained on {trained_on}, not on {base}")
-    if not (_get(agreement, ("turns", "usable")) or 0) > 0:
+    if not (report_value(agreement, ("turns", "usable")) or 0) > 0:
         raise ValueError("the agreement report compares no turn: give the `fastvista eval agreement` report of this student "
                          "on the corpus's test turns")
     folder = students / name
