@@ -34,7 +34,7 @@ from fastvista.evaluation.metrics import accuracy, paired_accuracy_gap, separati
 from fastvista.evaluation.report import DECISION_HEADER, decision_cells
 from fastvista.evaluation.scorers import SCORERS, EvalConfig, adapter_of, backend_factory, machine_for
 from fastvista.config import DataSelection, check_name, load_config, table_data
-from fastvista.records_io import read_scored
+from fastvista.records_io import read_scored, write_json
 from fastvista.infer.run import check_student_format
 from fastvista.scheduler import check_resume, folder_lock, run_reporting_failures
 from fastvista.schema import Dialogue
@@ -129,13 +129,6 @@ def student_vs_teacher(out: Path, results: dict, sets: dict) -> dict:
         gaps[data] = {**paired_accuracy_gap([right["student"][k] for k in turns], [right["teacher"][k] for k in turns]),
                       "student_accuracy": student["turn_accuracy"]["accuracy"], "teacher_accuracy": teacher["turn_accuracy"]["accuracy"]}
     return gaps
-
-
-def write_json(path: Path, value: dict) -> None:
-    """Replaced whole, never half-written: a later run reads it."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(value, indent=2))
-    partial.replace(path)
 
 
 def table(results: dict) -> str:

@@ -30,7 +30,10 @@ own weights: what a user deploying one or the other gets). Each student's record
 match the settings it is scored with. `--only` reruns some rows and keeps
 the others from OUT/speed.json, only when those were measured on the same settings, weights and dialogues.
 Every row starts with its engine's prefix cache emptied: no row is served by what an earlier one
-cached. Prints a markdown table and writes speed.json and speed.md.
+cached. Each row's engine stops before the next row's starts (two engines at once do not fit a
+small machine), and each row is written to speed.json as soon as it is measured: a run that
+stopped is finished with `--only` and the rows it lacks. Prints a markdown table and writes
+speed.json and speed.md.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, turn_result
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
-from fastvista.records_io import read_scored
+from fastvista.records_io import read_scored, write_json
 from fastvista.protocol import check_completion, usage_of
 from fastvista.scheduler import SCHEDULES, run
 from fastvista.schema import Usage
@@ -227,21 +230,42 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
     if unknown:
         raise ValueError(f"no row named {unknown[0]!r}; the rows: {', '.join(ROWS)}")
     configs: dict = {}
+    settings = run_settings(args)
     if args.only and previous.exists():
         before = json.loads(previous.read_text())
-        if before.get("settings") != run_settings(args):
+        if before.get("settings") != settings:
             raise ValueError(f"{previous} was measured on other settings, weights or dialogues: write to another folder, "
                              "or run every row again (without --only)")
         configs = before["configurations"]
-    engines = {} if engines is None else engines
+    own_engines = engines is None
+    engines = {} if own_engines else engines
 
     def wanted(name: str) -> bool:
         return not args.only or name in args.only
 
+    def release() -> None:
+        """Rows are grouped by engine, so a run's own engines are stopped before the next starts:
+        two or three engines at once need more memory than this machine has (engines shared
+        with other runs stay)."""
+        while own_engines and engines:
+            backend = engines.pop(next(iter(engines)))
+            if hasattr(backend, "close"):
+                backend.close()
+
     def on(key: str, model: str, **changes):
         if key not in engines:
+            release()
             engines[key] = engine(model, args, **changes)
         return engines[key]
+
+    def measured(name: str, *how, **where) -> None:
+        """Measure one row and keep it at once: a row that fails later loses none before it
+        (`--only` then runs the rest)."""
+        configs[name] = measure(name, *how, **where)
+        keep()
+
+    def keep() -> None:
+        save(args, settings, out, len(dialogues), configs)
 
     def student_turns() -> dict:
         """The per-turn student's results by (dialogue, turn), for the rows that replay them."""
@@ -253,17 +277,18 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
     for name, machine in machines.items():
         if wanted(name):
             key, model = ("main", args.model) if name == "student" or not args.teacher_model else ("teacher", teacher_weights)
-            configs[name] = measure(name, dialogues, machine, on(key, model), out)
+            measured(name, dialogues, machine, on(key, model), out)
     name = "prefill alone (the student prompts, answers replayed)"
     if wanted(name) and "student" in configs:
         recorded = student_turns()
-        configs[name] = measure(name, dialogues, lambda d: prompts_alone(d, recorded, student.history_turns), on("main", args.model), out)
+        measured(name, dialogues, lambda d: prompts_alone(d, recorded, student.history_turns), on("main", args.model), out)
     if not args.skip_plain and wanted("teacher, no prefix cache"):
-        configs["teacher, no prefix cache"] = measure("teacher, no prefix cache", dialogues, machines["teacher (text labels)"],
-                                                      on("plain", teacher_weights, enable_prefix_caching=False), out)
+        measured("teacher, no prefix cache", dialogues, machines["teacher (text labels)"],
+                 on("plain", teacher_weights, enable_prefix_caching=False), out)
     if args.speculative_tokens and wanted("student + n-gram"):
-        configs["student + n-gram"] = measure("student + n-gram", dialogues, machines["student"], on("ngram", args.model, speculative=ngram), out)
+        measured("student + n-gram", dialogues, machines["student"], on("ngram", args.model, speculative=ngram), out)
         configs["student + n-gram"]["identical"] = same_outputs(configs["student"]["results"], configs["student + n-gram"]["results"])
+        keep()
     if args.window_model:
         if args.window_forced:
             claims = {key: t.claims for key, t in student_turns().items()}
@@ -274,48 +299,59 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
             machine = lambda d: score_dialogue(d, window, True)  # noqa: E731
             base = "student, dialogue-level"
         if wanted(base):
-            configs[base] = measure(base, dialogues, machine, on("window", args.window_model), out)
+            measured(base, dialogues, machine, on("window", args.window_model), out)
             if args.window_forced:  # its targets are the per-turn claims after repeats were merged
                 configs[base]["note"] = ("forced to the per-turn student's claims with exact repeats merged (distinct_claims), "
                                          "so it may decode fewer tokens than the per-turn row: compare completion tokens per turn")
+                keep()
         name = f"{base} + n-gram"
         if args.speculative_tokens and wanted(name):
-            configs[name] = measure(name, dialogues, machine, on("window ngram", args.window_model, speculative=ngram), out)
+            measured(name, dialogues, machine, on("window ngram", args.window_model, speculative=ngram), out)
             configs[name]["identical"] = same_outputs(configs[base]["results"], configs[name]["results"])
             if "note" in configs[base]:
                 configs[name]["note"] = configs[base]["note"]
+            keep()
     served_rows = [(f"{who}, served, {schedule}", machines[who], schedule) for who in ("teacher", "student") for schedule in SCHEDULES]
     if args.served and any(wanted(name) for name, _, _ in served_rows):
         url = f"http://127.0.0.1:{args.port}/v1"
         cmd = serve_command(resolve_model(args.model), {}, port=args.port, max_model_len=args.max_model_len, dtype=args.dtype,
                             kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30))  # the in-process rows' settings
+        release()
         with running(cmd, url, out / "server.log", benchmark=True):
             backend = make_backend(BackendConfig(kind="openai", model=resolve_model(args.model), base_url=url,
                                                  concurrency=args.concurrency, timeout=600))
             for name, machine, schedule in served_rows:
                 if wanted(name):
-                    configs[name] = measure(name, dialogues, machine, backend, out, schedule, server=url)
-    teachers = {k: v for k, v in configs.items() if k.startswith("teacher") and "no prefix" not in k}
-    students = {k: v for k, v in configs.items() if k.startswith("student")}
-    if not teachers or not students:
+                    measured(name, dialogues, machine, backend, out, schedule, server=url)
+    result = save(args, settings, out, len(dialogues), configs)
+    if "speedup" not in result:
         raise ValueError("the ratios need a teacher row and a student row: run them too (or run without --only)")
-    strongest = max(teachers, key=lambda k: teachers[k]["turns_per_second"])
-    result = {
-        "engine": f"vllm ({args.dtype}) on {args.model}" + (f" and {args.window_model}" if args.window_model else "")
-                  + (f"; the teacher on {args.teacher_model}" if args.teacher_model else ""),
-        "dialogues": len(dialogues),
-        "settings": run_settings(args),
-        "configurations": configs,
-        "strongest_teacher_name": strongest,
-        "strongest_teacher": teachers[strongest]["turns_per_second"],
-    }
-    best = max(students, key=lambda k: students[k]["turns_per_second"])
-    result["speedup"] = round(students[best]["turns_per_second"] / result["strongest_teacher"], 2)
-    result["best_student"] = best
-    if "teacher, no prefix cache" in configs:
-        result["speedup_over_plain_teacher"] = round(students[best]["turns_per_second"] / configs["teacher, no prefix cache"]["turns_per_second"], 2)
-    (out / "speed.json").write_text(json.dumps(result, indent=2))
-    (out / "speed.md").write_text(table(result) + "\n")
     print(table(result))
     return result
 
+
+def save(args: SpeedConfig, settings: dict, out: Path, dialogues: int, configs: dict) -> dict:
+    """speed.json and speed.md as the rows measured so far make them: the ratios once a teacher
+    and a student row exist, the rows alone before (so `--only` can add the rest)."""
+    result = {
+        "engine": f"vllm ({args.dtype}) on {args.model}" + (f" and {args.window_model}" if args.window_model else "")
+                  + (f"; the teacher on {args.teacher_model}" if args.teacher_model else ""),
+        "dialogues": dialogues,
+        "settings": settings,
+        "configurations": configs,
+    }
+    teachers = {k: v for k, v in configs.items() if k.startswith("teacher") and "no prefix" not in k}
+    students = {k: v for k, v in configs.items() if k.startswith("student")}
+    if teachers and students:
+        strongest = max(teachers, key=lambda k: teachers[k]["turns_per_second"])
+        best = max(students, key=lambda k: students[k]["turns_per_second"])
+        result.update(strongest_teacher_name=strongest, strongest_teacher=teachers[strongest]["turns_per_second"],
+                      speedup=round(students[best]["turns_per_second"] / teachers[strongest]["turns_per_second"], 2), best_student=best)
+        if "teacher, no prefix cache" in configs:
+            result["speedup_over_plain_teacher"] = round(students[best]["turns_per_second"] / configs["teacher, no prefix cache"]["turns_per_second"], 2)
+    write_json(out / "speed.json", result)
+    if "speedup" in result:
+        (out / "speed.md").write_text(table(result) + "\n")
+    else:
+        (out / "speed.md").unlink(missing_ok=True)
+    return result

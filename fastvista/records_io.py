@@ -121,3 +121,11 @@ def to_json_line(record: BaseModel | dict) -> str:
     if isinstance(record, BaseModel):
         return record.model_dump_json(exclude_none=True) + "\n"
     return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def write_json(path: str | os.PathLike, value: dict) -> None:
+    """Replaced whole, never half-written: a later run reads it."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value, indent=2))
+    partial.replace(path)

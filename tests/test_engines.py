@@ -158,3 +158,19 @@ def test_an_eager_engine_starts_and_answers_the_engine_start_workload(tiny_model
     demo = str(Path(__file__).parent.parent / "data" / "demo" / "topical_chat_demo.jsonl")
     row = child("eager", str(tiny_model), demo, 1 << 28)
     assert row["mode"] == "eager" and row["requests"] > 0 and row["completion_tokens"] > 0 and row["start_s"] > 0
+
+
+def test_a_closed_engine_stops_its_engine_process_at_once(tiny_model, monkeypatch):
+    """The speed benchmark starts engines one after another; each must free its memory when
+    closed, not at exit."""
+    import psutil
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the engine core in its own process, as in production
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    backend = make_backend(BackendConfig(kind="vllm", model=str(tiny_model), dtype="bfloat16", max_model_len=1024,
+                                         kv_cache_memory_bytes=128 * 2**20, engine_mode="eager"))
+    started = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert started and backend.generate([ChatRequest(messages=[{"role": "user", "content": "Hi"}], max_tokens=2)])[0].error is None
+    backend.close()
+    alive = [pid for pid in started if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []

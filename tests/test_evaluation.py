@@ -1,4 +1,6 @@
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,7 +85,6 @@ def gold_report(predicted, gold, by_source: dict[str, slice]) -> dict:
 
 
 def test_report_shows_vistas_metric_for_every_scorer_and_source(tmp_path):
-    import json
 
     from fastvista.evaluation import report
 
@@ -167,7 +168,6 @@ def test_embedding_similarity_prefers_paraphrases():
 
 
 def test_report_tabulates_agreement_gold_and_speed(tmp_path):
-    import json
 
     from fastvista.evaluation import report
 
@@ -250,3 +250,46 @@ def test_a_paired_gap_is_the_difference_of_accuracies_and_pairing_narrows_its_in
     assert gap["n"] == 100 and gap["gap"] == pytest.approx(-0.10) and gap["ci95"][0] < -0.10 < gap["ci95"][1] < 0
     with pytest.raises(ValueError, match="100 items against 99"):
         paired_accuracy_gap(student, teacher[:99])
+
+
+def test_speed_stops_each_engine_before_the_next_and_keeps_the_rows_a_later_failure_would_lose(tmp_path, monkeypatch):
+    """Two engines at once do not fit a small machine: each row's engine starts after the last
+    one stopped. A row that fails (here the third engine cannot start) loses none measured
+    before it, and `--only` runs the rest into the same table."""
+    from fastvista.evaluation import speed
+    from fastvista.records_io import write_jsonl
+    from tests.scripted import ScriptedBackend, ScriptedStudent
+
+    data = tmp_path / "dialogues.jsonl"
+    write_jsonl(data, [museum_dialogue(i) for i in range(3)])
+    teacher_config = tmp_path / "teacher.yaml"
+    teacher_config.write_text("teacher: {label_scores: false}\n")
+    student, teacher = tmp_path / "student", tmp_path / "teacher"
+    student.mkdir(), teacher.mkdir()
+    events, memory_left = [], {"engines": 2}
+
+    def engine(model, args, **changes):
+        if memory_left["engines"] == 0:
+            raise RuntimeError("not enough memory for another engine")
+        memory_left["engines"] -= 1
+        backend = (ScriptedStudent if model == str(student) else ScriptedBackend)()
+        backend.close = lambda: events.append(("stop", Path(model).name))
+        events.append(("start", Path(model).name))
+        return backend
+
+    monkeypatch.setattr(speed, "engine", engine)
+    cfg = speed.SpeedConfig(model=str(student), teacher_model=str(teacher), data={"input": str(data)}, teacher_config=str(teacher_config),
+                            skip_plain=True, only=["teacher", "student", "student + n-gram"])
+    with pytest.raises(RuntimeError, match="another engine"):
+        speed.main(cfg, tmp_path / "out")
+    assert events == [("start", "teacher"), ("stop", "teacher"), ("start", "student"), ("stop", "student")]
+    kept = json.loads((tmp_path / "out" / "speed.json").read_text())
+    assert list(kept["configurations"]) == ["teacher", "student"] and kept["configurations"]["student"]["turns"] == 9
+    assert kept["speedup"] == round(kept["configurations"]["student"]["turns_per_second"] / kept["configurations"]["teacher"]["turns_per_second"], 2)
+
+    memory_left["engines"] = 1
+    result = speed.main(cfg.model_copy(update={"only": ["student + n-gram"]}), tmp_path / "out")
+    assert list(result["configurations"]) == ["teacher", "student", "student + n-gram"]
+    assert result["configurations"]["teacher"] == kept["configurations"]["teacher"]  # kept, not measured again
+    assert result["configurations"]["student + n-gram"]["identical"]["identical"] == 9
+    assert "student + n-gram" in (tmp_path / "out" / "speed.md").read_text()

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -46,10 +47,8 @@ def test_read_examples_names_the_line_and_field(tmp_path):
     assert (err.value.line, err.value.field) == (2, "dialogue_id")
 
 
-@pytest.mark.parametrize("name", ["llama31_8b_lora.yaml", "smollm2_cpu.yaml", "smollm2_corpus_cpu.yaml", "smollm2_demo.yaml"])
+@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).parent.parent / "configs" / "sft").glob("*.yaml")))
 def test_shipped_configs_parse_and_overrides_win(name):
-    from pathlib import Path
-
     from fastvista.train.sft import make_parser
 
     config = Path(__file__).parent.parent / "configs" / "sft" / name
