@@ -258,10 +258,14 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
             engines[key] = engine(model, args, **changes)
         return engines[key]
 
-    def measured(name: str, *how, **where) -> None:
-        """Measure one row and keep it at once: a row that fails later loses none before it
-        (`--only` then runs the rest)."""
-        configs[name] = measure(name, *how, **where)
+    def measured(name: str, *how, same_as: str | None = None, note: str | None = None) -> None:
+        """Measure one row and keep it at once, whole: a row that fails later loses none before it
+        (`--only` then runs the rest). `same_as`: the row a drafting row must answer exactly as."""
+        configs[name] = measure(name, *how)
+        if same_as:
+            configs[name]["identical"] = same_outputs(configs[same_as]["results"], configs[name]["results"])
+        if note:
+            configs[name]["note"] = note
         keep()
 
     def keep() -> None:
@@ -286,31 +290,24 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
         measured("teacher, no prefix cache", dialogues, machines["teacher (text labels)"],
                  on("plain", teacher_weights, enable_prefix_caching=False), out)
     if args.speculative_tokens and wanted("student + n-gram"):
-        measured("student + n-gram", dialogues, machines["student"], on("ngram", args.model, speculative=ngram), out)
-        configs["student + n-gram"]["identical"] = same_outputs(configs["student"]["results"], configs["student + n-gram"]["results"])
-        keep()
+        measured("student + n-gram", dialogues, machines["student"], on("ngram", args.model, speculative=ngram), out, same_as="student")
     if args.window_model:
+        note = None
         if args.window_forced:
             claims = {key: t.claims for key, t in student_turns().items()}
             machine = lambda d: forced_windows(d, args.window_turns, claims, student.history_turns)  # noqa: E731
             base = "student, dialogue-level (forced to the per-turn claims)"
+            note = ("forced to the per-turn student's claims with exact repeats merged (distinct_claims), "  # its targets
+                    "so it may decode fewer tokens than the per-turn row: compare completion tokens per turn")
         else:
             window = StudentConfig(adapter=None, turns_per_call=args.window_turns)
             machine = lambda d: score_dialogue(d, window, True)  # noqa: E731
             base = "student, dialogue-level"
         if wanted(base):
-            measured(base, dialogues, machine, on("window", args.window_model), out)
-            if args.window_forced:  # its targets are the per-turn claims after repeats were merged
-                configs[base]["note"] = ("forced to the per-turn student's claims with exact repeats merged (distinct_claims), "
-                                         "so it may decode fewer tokens than the per-turn row: compare completion tokens per turn")
-                keep()
-        name = f"{base} + n-gram"
-        if args.speculative_tokens and wanted(name):
-            measured(name, dialogues, machine, on("window ngram", args.window_model, speculative=ngram), out)
-            configs[name]["identical"] = same_outputs(configs[base]["results"], configs[name]["results"])
-            if "note" in configs[base]:
-                configs[name]["note"] = configs[base]["note"]
-            keep()
+            measured(base, dialogues, machine, on("window", args.window_model), out, note=note)
+        if args.speculative_tokens and wanted(f"{base} + n-gram"):
+            measured(f"{base} + n-gram", dialogues, machine, on("window ngram", args.window_model, speculative=ngram), out,
+                     same_as=base, note=note)
     served_rows = [(f"{who}, served, {schedule}", machines[who], schedule) for who in ("teacher", "student") for schedule in SCHEDULES]
     if args.served and any(wanted(name) for name, _, _ in served_rows):
         url = f"http://127.0.0.1:{args.port}/v1"
