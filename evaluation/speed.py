@@ -15,7 +15,10 @@ Configurations (each on vLLM with prefix caching unless said otherwise):
 - `student + n-gram`: the same with prompt-lookup speculative decoding (drafts copied from the
   prompt: claims copy the turn's words); acceptance counted, greedy outputs compared.
 - `prefill alone`: the per-turn student's very prompts, each answered with one token; the rest
-  of the student's time is decoding its answers, which no prompt layout can save.
+  of the student's time is decoding its answers, which no prompt layout can save. `prefill
+  alone, reference first`: the same prompts with the reference first, then the store, history
+  and turn (the layout a prefix cache reuses most of, `fastvista eval prefix-reuse`): the two
+  rows side by side time what that layout would save, without a student trained in it.
 - `teacher/student, served, waves|continuous` (with `served: true`): the same pipelines behind
   `vllm serve` (same weights and settings), sent in waves or on the continuous schedule (each
   dialogue's next call leaves as soon as its last returns; the server batches what is in flight).
@@ -55,7 +58,8 @@ from fastvista.scheduler import SCHEDULES, run
 from fastvista.schema import Usage
 from fastvista.models import resolve_model
 from fastvista.scoring import scored_dialogue
-from fastvista.single_pass import student_messages
+from fastvista.single_pass import render_messages, student_messages
+from fastvista.evaluation.prefix_reuse import LAYOUTS, user_message
 from fastvista.window_pass import render_window_target, window_messages, windows
 from fastvista.infer.serve import reset_prefix_cache, running, serve_command
 from fastvista.infer.run import check_student_format
@@ -121,14 +125,19 @@ def forced_windows(dialogue, size: int, claims: dict, history_turns: int):
     return scored_dialogue(dialogue, results)
 
 
-def prompts_alone(dialogue, recorded: dict, history_turns: int):
+def prompts_alone(dialogue, recorded: dict, history_turns: int, order: tuple[str, ...] | None = None):
     """The per-turn student's prompts (stores rebuilt from its recorded answers), each answered
-    with one token: the student's time if decoding its answers cost nothing."""
+    with one token: the student's time if decoding its answers cost nothing. `order`: its
+    sections in another order (a layout of `prefix_reuse.LAYOUTS`), which times that layout's
+    prefill without training a student in it."""
     indices = dialogue.scored_indices()
     replayed = [recorded[(dialogue.id, i)] for i in indices]
     results = []
     for index, result, store in zip(indices, replayed, stores_before(dialogue.knowledge_init, replayed)):
-        request = ChatRequest(messages=student_messages(dialogue, index, store, history_turns), max_tokens=1)
+        turn, history = dialogue.turns[index], [(t.role, t.text) for t in dialogue.turns[:index]]
+        messages = (student_messages(dialogue, index, store, history_turns) if order is None
+                    else render_messages(user_message(order, history_turns, store, turn.reference, history, turn.text)))
+        request = ChatRequest(messages=messages, max_tokens=1)
         [completion] = yield [request]
         check_completion(completion, request, cut_ok=True)
         results.append(result.model_copy(update={"usage": usage_of([completion])}))
@@ -191,7 +200,9 @@ class SpeedConfig(BaseModel):
     concurrency: int = 64  # requests in flight to the server at most
 
 
+REFERENCE_FIRST = "reference, store, history (8), turn"  # a layout of prefix_reuse.LAYOUTS
 ROWS = ("teacher", "teacher (text labels)", "student", "prefill alone (the student prompts, answers replayed)",
+        "prefill alone, reference first (the student prompts reordered, answers replayed)",
         "teacher, no prefix cache", "student + n-gram", "student, dialogue-level", "student, dialogue-level + n-gram",
         "student, dialogue-level (forced to the per-turn claims)", "student, dialogue-level (forced to the per-turn claims) + n-gram",
         *(f"{who}, served, {schedule}" for who in ("teacher", "student") for schedule in SCHEDULES))
@@ -286,6 +297,10 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
     if wanted(name) and "student" in configs:
         recorded = student_turns()
         measured(name, dialogues, lambda d: prompts_alone(d, recorded, student.history_turns), on("main", args.model), out)
+    name = "prefill alone, reference first (the student prompts reordered, answers replayed)"
+    if wanted(name) and "student" in configs:
+        recorded, order = student_turns(), LAYOUTS[REFERENCE_FIRST][0]
+        measured(name, dialogues, lambda d: prompts_alone(d, recorded, student.history_turns, order), on("main", args.model), out)
     if not args.skip_plain and wanted("teacher, no prefix cache"):
         measured("teacher, no prefix cache", dialogues, machines["teacher (text labels)"],
                  on("plain", teacher_weights, enable_prefix_caching=False), out)

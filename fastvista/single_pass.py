@@ -113,8 +113,6 @@ def student_messages(dialogue: Dialogue, index: int, store: Sequence[str], histo
     return render_messages(render_user_message(store, turn.reference, recent(history, history_turns), turn.text))
 
 
-
-
 def render_target(claims: Sequence[Claim]) -> str:
     """The student's answer: one numbered claim a line with its label, or NONE."""
     if not claims:

@@ -241,6 +241,28 @@ def test_prompts_alone_replays_the_students_very_prompts_for_one_token():
     assert [t.claims for t in result.turns] == [t.claims for t in per_turn.turns]
 
 
+def test_prefill_alone_reference_first_reorders_the_very_same_sections():
+    """The layout row times the same prompts in another order: same sections, same text, the
+    reference first, so two consecutive turns citing one passage share a longer prefix."""
+    from fastvista.evaluation.prefix_reuse import LAYOUTS
+    from fastvista.evaluation.speed import REFERENCE_FIRST, prompts_alone
+    from fastvista.infer.student import score_dialogue as student_machine
+    from fastvista.single_pass import SECTIONS, split_sections
+    from tests.test_student import long_chat
+
+    per_turn = drive(student_machine(long_chat(), StudentConfig(), True), ScriptedStudent())
+    recorded = {(per_turn.id, t.index): t for t in per_turn.turns}
+    today, reordered = ScriptedStudent(), ScriptedStudent()
+    drive(prompts_alone(long_chat(), recorded, 8), today)
+    drive(prompts_alone(long_chat(), recorded, 8, LAYOUTS[REFERENCE_FIRST][0]), reordered)
+    assert len(today.requests) == len(reordered.requests) == 4
+    for a, b in zip(today.requests, reordered.requests):
+        assert a.messages[0] == b.messages[0] and b.max_tokens == 1
+        assert b.messages[1]["content"].startswith("[REFERENCE]") and a.messages[1]["content"].startswith("[KNOWLEDGE STORE]")
+        assert split_sections(a.messages[1]["content"]) == split_sections(b.messages[1]["content"])
+        assert set(split_sections(b.messages[1]["content"])) == set(SECTIONS)
+
+
 def test_a_paired_gap_is_the_difference_of_accuracies_and_pairing_narrows_its_interval():
     student = [True] * 40 + [False] * 60
     same_turns = paired_accuracy_gap(student, student)
