@@ -307,3 +307,21 @@ def test_window_examples_carry_the_teachers_labels_and_store():
     # a window with a turn the teacher could not label is left out whole
     result.turns[0].errors = ["claim 1: verify: unreadable"]
     assert [e["id"] for e in window_examples(result, FORMAT.model_copy(update={'turns_per_call': 2}))] == ["d0#5-5"]
+
+
+def test_the_parse_check_reads_each_example_as_its_student_answers():
+    """A window example's answer holds one block per marked turn, with room for all of them; a
+    per-turn reader would refuse every right window answer."""
+    from fastvista.synth.training_set import window_examples
+    from fastvista.text import FormatError
+    from fastvista.train.report import answer_reader
+
+    result = drive(museum_dialogue(), TeacherConfig(), ScriptedBackend())
+    window = window_examples(result, FORMAT.model_copy(update={'turns_per_call': 2}))[0]
+    per_turn = training_examples(result, FORMAT)[0]
+    read, budget = answer_reader(window)
+    assert budget == 512 and len(read(window["completion"][0]["content"])) == 2
+    with pytest.raises(FormatError):
+        read(window["completion"][0]["content"].split("[TURN 2]")[0])  # a block missing
+    read, budget = answer_reader(per_turn)
+    assert budget == 256 and read(per_turn["completion"][0]["content"]) == parse_output(per_turn["completion"][0]["content"])

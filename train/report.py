@@ -41,18 +41,30 @@ def steady_tokens_per_s(step_seconds: dict[int, float], log_history: list[dict])
     return (tokens[last] - tokens[first]) / seconds if seconds > 0 else None
 
 
+def answer_reader(example: dict):
+    """How a student's answer to a training example is read, and the tokens it may take: one
+    block of claims per marked turn for a dialogue-level (window) example, one for a per-turn one."""
+    from fastvista.single_pass import parse_output
+    from fastvista.window_pass import message_headers, parse_window_output
+
+    if (example.get("format") or {}).get("turns_per_call", 1) == 1:
+        return parse_output, 256
+    turns = sum(h.startswith("[TURN ") for h in message_headers(example["prompt"][-1]["content"]))
+    return (lambda text: parse_window_output(text, turns)), 256 * turns
+
+
 def parse_rate(base: str, adapter: str, examples: list[dict], dtype: str | None) -> dict:
     """Greedy answers of the trained student to validation prompts: the share that parses."""
     from fastvista.llm import BackendConfig, ChatRequest, make_backend
-    from fastvista.single_pass import parse_output
     from fastvista.text import FormatError
 
     backend = make_backend(BackendConfig(kind="hf", model=base, dtype=dtype or "auto", lora_adapters={"student": adapter}))
-    requests = [ChatRequest(messages=e["prompt"], max_tokens=256, lora="student") for e in examples]
+    readers = [answer_reader(e) for e in examples]
+    requests = [ChatRequest(messages=e["prompt"], max_tokens=budget, lora="student") for e, (_, budget) in zip(examples, readers)]
     parsed = 0
-    for completion in backend.generate(requests):
+    for completion, (read, _) in zip(backend.generate(requests), readers):
         try:
-            parse_output(completion.text)
+            read(completion.text)
             parsed += 1
         except FormatError:
             pass
