@@ -164,9 +164,10 @@ def table(result: dict) -> str:
              f"Strongest teacher: {result['strongest_teacher_name']} ({strongest} turns/s)."]
     for name, r in result["configurations"].items():
         if "speculation" in r:
+            same = (f"outputs identical to greedy without drafting on {r['identical']['identical']} of {r['identical']['turns']} turns"
+                    if "identical" in r else "outputs not compared with greedy without drafting")
             notes.append(f"{name}: {r['speculation']['accepted_tokens']} of {r['speculation']['draft_tokens']} drafted tokens accepted "
-                         f"({r['speculation']['acceptance_rate']}); outputs identical to greedy without drafting on "
-                         f"{r['identical']['identical']} of {r['identical']['turns']} turns.")
+                         f"({r['speculation']['acceptance_rate']}); {same}.")
         if "note" in r:
             notes.append(f"{name}: {r['note']}.")
     return "\n".join(rows + notes)
@@ -201,10 +202,14 @@ class SpeedConfig(BaseModel):
 
 
 REFERENCE_FIRST = "reference, store, history (8), turn"  # a layout of prefix_reuse.LAYOUTS
-ROWS = ("teacher", "teacher (text labels)", "student", "prefill alone (the student prompts, answers replayed)",
-        "prefill alone, reference first (the student prompts reordered, answers replayed)",
-        "teacher, no prefix cache", "student + n-gram", "student, dialogue-level", "student, dialogue-level + n-gram",
-        "student, dialogue-level (forced to the per-turn claims)", "student, dialogue-level (forced to the per-turn claims) + n-gram",
+PREFILL = "prefill alone (the student prompts, answers replayed)"
+PREFILL_REFERENCE_FIRST = "prefill alone, reference first (the student prompts reordered, answers replayed)"
+WINDOW, FORCED = "student, dialogue-level", "student, dialogue-level (forced to the per-turn claims)"
+# a row -> the row whose answers it replays or must repeat: measured after it, never kept beside a newer one
+DEPENDS = {PREFILL: "student", PREFILL_REFERENCE_FIRST: "student", "student + n-gram": "student",
+           f"{WINDOW} + n-gram": WINDOW, FORCED: "student", f"{FORCED} + n-gram": FORCED}
+ROWS = ("teacher", "teacher (text labels)", "student", PREFILL, PREFILL_REFERENCE_FIRST,
+        "teacher, no prefix cache", "student + n-gram", WINDOW, f"{WINDOW} + n-gram", FORCED, f"{FORCED} + n-gram",
         *(f"{who}, served, {schedule}" for who in ("teacher", "student") for schedule in SCHEDULES))
 
 
@@ -248,6 +253,10 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
             raise ValueError(f"{previous} was measured on other settings, weights or dialogues: write to another folder, "
                              "or run every row again (without --only)")
         configs = before["configurations"]
+    for name in args.only:  # before any engine starts
+        base = DEPENDS.get(name)
+        if base and base not in args.only and "results" not in configs.get(base, {}):
+            raise ValueError(f"the row {name!r} replays or repeats the answers of {base!r}, which {previous} lacks: add it to --only")
     own_engines = engines is None
     engines = {} if own_engines else engines
 
@@ -269,14 +278,19 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
             engines[key] = engine(model, args, **changes)
         return engines[key]
 
-    def measured(name: str, *how, same_as: str | None = None, note: str | None = None) -> None:
+    def measured(name: str, *how, note: str | None = None, **where) -> None:
         """Measure one row and keep it at once, whole: a row that fails later loses none before it
-        (`--only` then runs the rest). `same_as`: the row a drafting row must answer exactly as."""
-        configs[name] = measure(name, *how)
-        if same_as:
-            configs[name]["identical"] = same_outputs(configs[same_as]["results"], configs[name]["results"])
+        (`--only` then runs the rest). A drafting row records how many answers are the very ones
+        of the row it drafts for; rows kept from before that replayed or repeated this row's
+        answers are dropped: those answers are gone."""
+        configs[name] = measure(name, *how, **where)
+        base = DEPENDS.get(name)
+        if base and name.endswith("n-gram"):
+            configs[name]["identical"] = same_outputs(configs[base]["results"], configs[name]["results"])
         if note:
             configs[name]["note"] = note
+        for row in [row for row, of in DEPENDS.items() if of == name and row in configs]:
+            del configs[row]
         keep()
 
     def keep() -> None:
@@ -293,36 +307,32 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
         if wanted(name):
             key, model = ("main", args.model) if name == "student" or not args.teacher_model else ("teacher", teacher_weights)
             measured(name, dialogues, machine, on(key, model), out)
-    name = "prefill alone (the student prompts, answers replayed)"
-    if wanted(name) and "student" in configs:
-        recorded = student_turns()
-        measured(name, dialogues, lambda d: prompts_alone(d, recorded, student.history_turns), on("main", args.model), out)
-    name = "prefill alone, reference first (the student prompts reordered, answers replayed)"
-    if wanted(name) and "student" in configs:
-        recorded, order = student_turns(), LAYOUTS[REFERENCE_FIRST][0]
-        measured(name, dialogues, lambda d: prompts_alone(d, recorded, student.history_turns, order), on("main", args.model), out)
+    for name, order in ((PREFILL, None), (PREFILL_REFERENCE_FIRST, LAYOUTS[REFERENCE_FIRST][0])):
+        if wanted(name):
+            recorded = student_turns()
+            measured(name, dialogues, lambda d, recorded=recorded, order=order: prompts_alone(d, recorded, student.history_turns, order),
+                     on("main", args.model), out)
     if not args.skip_plain and wanted("teacher, no prefix cache"):
         measured("teacher, no prefix cache", dialogues, machines["teacher (text labels)"],
                  on("plain", teacher_weights, enable_prefix_caching=False), out)
     if args.speculative_tokens and wanted("student + n-gram"):
-        measured("student + n-gram", dialogues, machines["student"], on("ngram", args.model, speculative=ngram), out, same_as="student")
+        measured("student + n-gram", dialogues, machines["student"], on("ngram", args.model, speculative=ngram), out)
     if args.window_model:
         note = None
         if args.window_forced:
-            claims = {key: t.claims for key, t in student_turns().items()}
+            claims = {key: t.claims for key, t in student_turns().items()} if wanted(FORCED) or wanted(f"{FORCED} + n-gram") else {}
             machine = lambda d: forced_windows(d, args.window_turns, claims, student.history_turns)  # noqa: E731
-            base = "student, dialogue-level (forced to the per-turn claims)"
+            base = FORCED
             note = ("forced to the per-turn student's claims with exact repeats merged (distinct_claims), "  # its targets
                     "so it may decode fewer tokens than the per-turn row: compare completion tokens per turn")
         else:
             window = StudentConfig(adapter=None, turns_per_call=args.window_turns)
             machine = lambda d: score_dialogue(d, window, True)  # noqa: E731
-            base = "student, dialogue-level"
+            base = WINDOW
         if wanted(base):
             measured(base, dialogues, machine, on("window", args.window_model), out, note=note)
         if args.speculative_tokens and wanted(f"{base} + n-gram"):
-            measured(f"{base} + n-gram", dialogues, machine, on("window ngram", args.window_model, speculative=ngram), out,
-                     same_as=base, note=note)
+            measured(f"{base} + n-gram", dialogues, machine, on("window ngram", args.window_model, speculative=ngram), out, note=note)
     served_rows = [(f"{who}, served, {schedule}", machines[who], schedule) for who in ("teacher", "student") for schedule in SCHEDULES]
     if args.served and any(wanted(name) for name, _, _ in served_rows):
         url = f"http://127.0.0.1:{args.port}/v1"

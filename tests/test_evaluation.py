@@ -225,6 +225,77 @@ def test_forced_windows_ask_for_exactly_the_per_turn_claims():
     assert re.fullmatch(literal_regex("a.b (c) | [d]\n"), "a.b (c) | [d]\n") and not re.fullmatch(literal_regex("a.b"), "axb")
 
 
+def _speed_setup(tmp_path, monkeypatch, **settings):
+    """A speed run on scripted engines: the student's on its weights, the teacher's on its own."""
+    from fastvista.evaluation import speed
+    from fastvista.records_io import write_jsonl
+    from tests.scripted import ScriptedBackend, ScriptedStudent
+
+    data = tmp_path / "dialogues.jsonl"
+    write_jsonl(data, [museum_dialogue(i) for i in range(3)])
+    teacher_config = tmp_path / "teacher.yaml"
+    teacher_config.write_text("teacher: {label_scores: false}\n")
+    student, teacher = tmp_path / "student", tmp_path / "teacher"
+    student.mkdir(), teacher.mkdir()
+    started = []
+
+    def engine(model, args, **changes):
+        started.append(Path(model).name)
+        return (ScriptedStudent if model == str(student) else ScriptedBackend)()
+
+    monkeypatch.setattr(speed, "engine", engine)
+    own_teacher = {} if settings.get("served") else {"teacher_model": str(teacher)}  # served rows share the student's weights
+    return speed, started, speed.SpeedConfig(model=str(student), data={"input": str(data)}, teacher_config=str(teacher_config),
+                                             skip_plain=True, **own_teacher, **settings)
+
+
+def test_speed_refuses_a_row_whose_base_row_is_missing_before_any_engine_starts(tmp_path, monkeypatch):
+    speed, started, cfg = _speed_setup(tmp_path, monkeypatch, only=["teacher", "student + n-gram"])
+    with pytest.raises(ValueError, match="'student \\+ n-gram' replays or repeats the answers of 'student'"):
+        speed.main(cfg, tmp_path / "out")
+    assert started == [] and not (tmp_path / "out" / "speed.json").exists()
+
+
+def test_speed_drops_kept_rows_that_replayed_answers_measured_again(tmp_path, monkeypatch):
+    """The prefill rows replay the student row's answers: when the student row is measured again,
+    the prefill rows kept from before describe answers that are gone, and are dropped."""
+    speed, started, cfg = _speed_setup(tmp_path, monkeypatch, only=["teacher", "student", speed_rows()[0]])
+    first = speed.main(cfg, tmp_path / "out")
+    assert list(first["configurations"]) == ["teacher", "student", speed_rows()[0]]
+    again = speed.main(cfg.model_copy(update={"only": ["student"]}), tmp_path / "out")
+    assert list(again["configurations"]) == ["teacher", "student"]
+    assert again["configurations"]["teacher"] == first["configurations"]["teacher"]
+
+
+def speed_rows():
+    from fastvista.evaluation.speed import PREFILL, PREFILL_REFERENCE_FIRST
+
+    return PREFILL, PREFILL_REFERENCE_FIRST
+
+
+def test_speed_measures_a_served_row_behind_its_server(tmp_path, monkeypatch):
+    from contextlib import contextmanager
+
+    speed, started, cfg = _speed_setup(tmp_path, monkeypatch, served=True, only=["student, served, waves"])
+    from tests.scripted import ScriptedStudent
+
+    resets, server = [], []
+
+    @contextmanager
+    def running(cmd, url, log, **kwargs):
+        server.append(url)
+        yield None
+
+    monkeypatch.setattr(speed, "running", running)
+    monkeypatch.setattr(speed, "reset_prefix_cache", resets.append)
+    monkeypatch.setattr(speed, "make_backend", lambda config: ScriptedStudent())
+    with pytest.raises(ValueError, match="the ratios need a teacher row"):  # one row alone gives no ratio
+        speed.main(cfg, tmp_path / "out")
+    kept = json.loads((tmp_path / "out" / "speed.json").read_text())["configurations"]
+    assert list(kept) == ["student, served, waves"] and kept["student, served, waves"]["turns"] == 9
+    assert server == resets == [f"http://127.0.0.1:{cfg.port}/v1"] and started == []
+
+
 def test_prompts_alone_replays_the_students_very_prompts_for_one_token():
     from fastvista.evaluation.speed import prompts_alone
     from fastvista.infer.student import score_dialogue as student_machine

@@ -325,3 +325,7 @@ def test_the_parse_check_reads_each_example_as_its_student_answers():
         read(window["completion"][0]["content"].split("[TURN 2]")[0])  # a block missing
     read, budget = answer_reader(per_turn)
     assert budget == 256 and read(per_turn["completion"][0]["content"]) == parse_output(per_turn["completion"][0]["content"])
+    with pytest.raises(ValueError, match="no marked turn"):
+        answer_reader({**per_turn, "format": window["format"]})
+    with pytest.raises(ValueError, match="does not record its format"):
+        answer_reader({**per_turn, "format": None})

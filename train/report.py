@@ -47,9 +47,13 @@ def answer_reader(example: dict):
     from fastvista.single_pass import parse_output
     from fastvista.window_pass import message_headers, parse_window_output
 
-    if (example.get("format") or {}).get("turns_per_call", 1) == 1:
+    if not example.get("format"):
+        raise ValueError(f"example {example.get('id')!r} does not record its format: write the training set again")
+    if example["format"].get("turns_per_call", 1) == 1:
         return parse_output, 256
     turns = sum(h.startswith("[TURN ") for h in message_headers(example["prompt"][-1]["content"]))
+    if not turns:  # an empty answer would read as a whole window of nothing
+        raise ValueError(f"example {example.get('id')!r} is a dialogue-level example with no marked turn in its prompt")
     return (lambda text: parse_window_output(text, turns)), 256 * turns
 
 
