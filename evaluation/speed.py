@@ -31,7 +31,9 @@ The teacher runs on the student's weights (same architecture, same engine), whic
 method; with `teacher_model` the teacher rows run on that model instead (the shipped teacher's
 own weights: what a user deploying one or the other gets). Each student's recorded format must
 match the settings it is scored with. `--only` reruns some rows and keeps
-the others from OUT/speed.json, only when those were measured on the same settings, weights and dialogues.
+the others from OUT/speed.json, only when those were measured on the same settings, weights and dialogues;
+a kept row that replayed or repeated the answers of a row measured again is dropped, and a row
+whose base row is neither kept nor asked for is refused before any engine starts.
 Every row starts with its engine's prefix cache emptied: no row is served by what an earlier one
 cached. Each row's engine stops before the next row's starts (two engines at once do not fit a
 small machine), and each row is written to speed.json as soon as it is measured: a run that
