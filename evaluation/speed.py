@@ -3,7 +3,7 @@ the same base model, the same hardware and the same dialogues.
 
     fastvista eval speed -c configs/eval/speed_cpu.yaml -o runs/speed \\
         --set model=runs/student/smollm2_cpu/merged --set data.input=runs/speed_input.jsonl \\
-        --set window_model=runs/student/smollm2_window/merged --set window_turns=5
+        --set window_model=runs/student/smollm2_corpus_window/merged --set max_model_len=8192
 
 Configurations (each on vLLM with prefix caching unless said otherwise):
 - `teacher`: the shipped teacher settings (label scores from log-probabilities), batched
@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, turn_result
@@ -65,7 +65,7 @@ from fastvista.evaluation.prefix_reuse import LAYOUTS, user_message
 from fastvista.window_pass import render_window_target, window_messages, windows
 from fastvista.infer.serve import reset_prefix_cache, running, serve_command
 from fastvista.infer.run import check_student_format
-from fastvista.infer.student import StudentConfig, score_dialogue
+from fastvista.infer.student import StudentConfig, check_answer_budget, score_dialogue
 from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 
 
@@ -189,6 +189,10 @@ class SpeedConfig(BaseModel):
     window_model: Optional[str] = None  # a dialogue-level student's merged weights (trained on train_window.jsonl)
     window_turns: int = 5  # scored turns per call of the dialogue-level student
     window_forced: bool = False  # force the dialogue-level answers to the per-turn student's claims
+    # its answer budget per turn: window_turns of them must fit max_model_len beside the prompt
+    # (5 x 1,000 needs max_model_len 8192; configs/score/window_student_cpu.yaml)
+    window_max_tokens: int = 1000
+    window_max_claims: int = 8
     teacher_config: str = "configs/synth/teacher_vllm_cpu.yaml"  # its teacher section gives the teacher's settings
     teacher_model: Optional[str] = None  # run the teacher rows on these weights (default: the student's)
     data: DataSelection
@@ -201,6 +205,16 @@ class SpeedConfig(BaseModel):
     served: bool = False  # also run teacher and student behind `vllm serve` (same weights and settings)
     port: int = 8011  # of the server that `served` starts
     concurrency: int = 64  # requests in flight to the server at most
+
+    def window_student(self) -> StudentConfig:
+        return StudentConfig(adapter=None, turns_per_call=self.window_turns, max_tokens=self.window_max_tokens,
+                             max_claims=self.window_max_claims)
+
+    @model_validator(mode="after")
+    def _window_answers_fit(self) -> "SpeedConfig":
+        if self.window_model:
+            check_answer_budget(self.window_student(), self.max_model_len)
+        return self
 
 
 REFERENCE_FIRST = "reference, store, history (8), turn"  # a layout of prefix_reuse.LAYOUTS
@@ -237,7 +251,7 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
     student = StudentConfig(adapter=None)
     check_student_format(BackendConfig(kind="vllm", model=args.model), student)
     if args.window_model:
-        check_student_format(BackendConfig(kind="vllm", model=args.window_model), student.model_copy(update={"turns_per_call": args.window_turns}))
+        check_student_format(BackendConfig(kind="vllm", model=args.window_model), args.window_student())
     if args.served and args.teacher_model:
         raise ValueError("the served rows run teacher and student on one server with the student's weights: run them without "
                          "teacher_model (or time each on its own weights with `fastvista eval live-latency`)")
@@ -328,7 +342,7 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
             note = ("forced to the per-turn student's claims with exact repeats merged (distinct_claims), "  # its targets
                     "so it may decode fewer tokens than the per-turn row: compare completion tokens per turn")
         else:
-            window = StudentConfig(adapter=None, turns_per_call=args.window_turns)
+            window = args.window_student()
             machine = lambda d: score_dialogue(d, window, True)  # noqa: E731
             base = WINDOW
         if wanted(base):

@@ -14,7 +14,7 @@ from fastvista.scheduler import Schedule, locked_folder, run_to_folder
 from fastvista.schema import ScoredDialogue
 from fastvista.summary import summarise
 from fastvista.infer.report import write_html
-from fastvista.infer.student import StudentConfig, score_dialogue
+from fastvista.infer.student import StudentConfig, check_answer_budget, score_dialogue
 from fastvista.models import repository_root, resolve_model
 
 DEFAULT_CONFIG = repository_root() / "configs" / "score" / "shipped_student_cpu.yaml"  # the shipped student
@@ -35,6 +35,11 @@ class ScoreConfig(BaseModel):
         if adapters and self.student.adapter not in adapters:
             raise ValueError(f"backend.lora_adapters loads {sorted(adapters)} but student.adapter is {self.student.adapter!r}: "
                              f"set --set student.adapter={sorted(adapters)[0]} (or load no adapter)")
+        return self
+
+    @model_validator(mode="after")
+    def _answer_budget_fits(self):
+        check_answer_budget(self.student, self.backend.max_model_len)
         return self
 
 

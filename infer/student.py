@@ -62,6 +62,16 @@ class StudentConfig(BaseModel):
         return self
 
 
+def check_answer_budget(cfg: StudentConfig, max_model_len: int | None) -> None:
+    """A call's answer budget is max_tokens per turn it scores. A budget the context cannot hold
+    would have every call refused once the engine has started, so it is refused before."""
+    budget = cfg.max_tokens * cfg.turns_per_call
+    if max_model_len is not None and budget >= max_model_len:
+        raise ValueError(f"student.max_tokens={cfg.max_tokens} x turns_per_call={cfg.turns_per_call} = {budget} answer tokens leave "
+                         f"no room for the prompt in max_model_len={max_model_len}: raise max_model_len or lower max_tokens "
+                         f"(with max_claims), as configs/score/window_student_cpu.yaml does")
+
+
 def label_confidences(logprobs: list[TokenLogprob] | None, claims: list[Claim]) -> list[float | None]:
     """Probability the model gave each claim's label: exp of the summed log-probabilities of the
     tokens that spell it (after the claim's ` | `). Located in the tokens' own text, which matches

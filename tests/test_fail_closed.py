@@ -302,6 +302,27 @@ def test_score_refuses_a_student_trained_with_another_format(tmp_path):
         check_student_format(windowed.backend, windowed.student)
 
 
+def test_an_answer_budget_the_context_cannot_hold_is_refused_before_any_engine_starts():
+    """A 5-turn window with the per-turn budget (5 x 1,536 tokens) cannot fit 4,096 tokens of
+    context: every call would be refused after the engine's start, so the settings are refused."""
+    from pydantic import ValidationError
+
+    from fastvista.evaluation.speed import SpeedConfig
+    from fastvista.infer.run import ScoreConfig
+
+    backend = BackendConfig(kind="vllm", model="m", max_model_len=4096)
+    with pytest.raises(ValidationError, match="1536 x turns_per_call=5 = 7680 answer tokens"):
+        ScoreConfig(backend=backend, student={"adapter": None, "turns_per_call": 5})
+    ScoreConfig(backend=backend.model_copy(update={"max_model_len": 8192}),
+                student={"adapter": None, "turns_per_call": 5, "max_tokens": 1000, "max_claims": 8})
+    ScoreConfig(backend=backend, student={"adapter": None})  # one turn a call fits
+    data = {"input": "x.jsonl", "source": "jsonl"}
+    with pytest.raises(ValidationError, match="max_model_len=4096"):
+        SpeedConfig(model="m", window_model="w", data=data)
+    assert SpeedConfig(model="m", window_model="w", data=data, max_model_len=8192).window_student().max_tokens == 1000
+    SpeedConfig(model="m", data=data)  # no dialogue-level row: nothing to fit
+
+
 def test_the_training_set_records_its_format_and_training_refuses_mixed_formats(tmp_path):
     from fastvista.contract import FormatMismatch, StudentFormat, format_of_examples
     from fastvista.synth.training_set import training_examples
