@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.llm import Backend, BackendConfig
 from fastvista.protocol import gather, usage_of
@@ -32,7 +32,7 @@ from fastvista.evaluation.baselines.factscore import FactScoreConfig, factscore_
 from fastvista.evaluation.baselines.judge import JudgeConfig, judge_turn
 from fastvista.evaluation.baselines.q2 import Q2Config, q2_turn
 from fastvista.evaluation.baselines.steps import HFSteps, LLMSteps, Spacy
-from fastvista.infer.student import StudentConfig, score_dialogue
+from fastvista.infer.student import StudentConfig, check_answer_budget, score_dialogue
 from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 from fastvista.synth.prompts import PROMPTS_VERSION
 
@@ -56,6 +56,12 @@ class EvalConfig(BaseModel):
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     max_active: int = 64
     schedule: Schedule = "waves"
+
+    @model_validator(mode="after")
+    def _answer_budget_fits(self) -> "EvalConfig":
+        if self.scorer == "student" and self.backend and self.backend.kind != "openai":
+            check_answer_budget(self.student, self.backend.max_model_len)
+        return self
 
     def settings(self) -> dict:
         return getattr(self, self.scorer).model_dump(mode="json")

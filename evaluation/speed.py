@@ -24,7 +24,9 @@ Configurations (each on vLLM with prefix caching unless said otherwise):
   dialogue's next call leaves as soon as its last returns; the server batches what is in flight).
   Run them alone (`--set served=true --only ...`) so no in-process engine shares the machine.
 - `student, dialogue-level` (with `window_model`): one call for up to `window_turns` scored
-  turns, its own claims carried as the store; and `+ n-gram`. With `window_forced` each window's
+  turns, its own claims carried as the store, at most `window_max_claims` claims and
+  `window_max_tokens` answer tokens a turn (5 x 1,000 need `max_model_len` 8192, for every row of
+  the run); and `+ n-gram`. With `window_forced` each window's
   answer is forced to the per-turn student's claims for its turns, so both modes decode the same
   text and the rows measure the mode itself, not how well each model was trained.
 The teacher runs on the student's weights (same architecture, same engine), which isolates the
@@ -212,8 +214,10 @@ class SpeedConfig(BaseModel):
 
     @model_validator(mode="after")
     def _window_answers_fit(self) -> "SpeedConfig":
-        if self.window_model:
-            check_answer_budget(self.window_student(), self.max_model_len)
+        """The dialogue-level row's budget (the forced rows keep their own) must fit the context."""
+        rows = {WINDOW, f"{WINDOW} + n-gram"}
+        if self.window_model and not self.window_forced and (not self.only or rows & set(self.only)):
+            check_answer_budget(self.window_student(), self.max_model_len, ("window_max_tokens", "window_turns", "max_model_len"))
         return self
 
 
@@ -236,7 +240,8 @@ def run_settings(args: SpeedConfig) -> dict:
     from fastvista.fingerprint import content_sha256, model_sha256
 
     models = {"model": args.model, "teacher_model": args.teacher_model, "window_model": args.window_model}
-    return {**args.model_dump(exclude={"only", "served", "port", "concurrency", "skip_plain", "data"}), "data": args.data.model_dump(),
+    unused = {"window_max_tokens", "window_max_claims"} if not args.window_model or args.window_forced else set()
+    return {**args.model_dump(exclude={"only", "served", "port", "concurrency", "skip_plain", "data", *unused}), "data": args.data.model_dump(),
             "teacher": load_config(args.teacher_config, []).get("teacher", {}),
             "input_sha256": content_sha256(args.data.input) if Path(args.data.input).exists() else None,
             "weights_sha256": {k: model_sha256(m) for k, m in models.items() if m}}

@@ -884,7 +884,7 @@ def serve(
 def merge(
     adapter: Path = typer.Argument(..., help="Folder of a trained adapter (PEFT layout, as train/sft.py writes it)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the merged model (with the adapter's format.json)."),
-    dtype: str = typer.Option("auto", help="auto, bfloat16, float32..."),
+    dtype: str = typer.Option("float32", help="float32 (default: a LoRA delta merged into bf16 weights is rounded away), bfloat16, auto..."),
 ):
     """Merge a trained LoRA adapter into its base model (for engines where LoRA is slow, e.g. vLLM on a CPU)."""
     from fastvista.train.merge import merge as merge_adapter

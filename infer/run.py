@@ -39,7 +39,8 @@ class ScoreConfig(BaseModel):
 
     @model_validator(mode="after")
     def _answer_budget_fits(self):
-        check_answer_budget(self.student, self.backend.max_model_len)
+        if self.backend.kind != "openai":  # a server's context is its own (`fastvista serve --max-model-len`)
+            check_answer_budget(self.student, self.backend.max_model_len)
         return self
 
 

@@ -62,14 +62,18 @@ class StudentConfig(BaseModel):
         return self
 
 
-def check_answer_budget(cfg: StudentConfig, max_model_len: int | None) -> None:
-    """A call's answer budget is max_tokens per turn it scores. A budget the context cannot hold
-    would have every call refused once the engine has started, so it is refused before."""
+def check_answer_budget(cfg: StudentConfig, max_model_len: int | None,
+                        keys: tuple[str, str, str] = ("student.max_tokens", "student.turns_per_call", "backend.max_model_len")) -> None:
+    """A call's answer budget is max_tokens per turn it scores. A budget that leaves the context no
+    room for a prompt would have every call refused once the engine has started, so it is refused
+    before. (A prompt is only known as scoring goes, its store growing: one that does not fit beside
+    the budget is refused per call and reported.) `keys` name the caller's settings in the message."""
     budget = cfg.max_tokens * cfg.turns_per_call
     if max_model_len is not None and budget >= max_model_len:
-        raise ValueError(f"student.max_tokens={cfg.max_tokens} x turns_per_call={cfg.turns_per_call} = {budget} answer tokens leave "
-                         f"no room for the prompt in max_model_len={max_model_len}: raise max_model_len or lower max_tokens "
-                         f"(with max_claims), as configs/score/window_student_cpu.yaml does")
+        tokens, turns, context = keys
+        raise ValueError(f"{tokens}={cfg.max_tokens} x {turns}={cfg.turns_per_call} = {budget} answer tokens leave no room for "
+                         f"the prompt in {context}={max_model_len}: raise {context} or lower {tokens} (with the claims cap), "
+                         f"as configs/score/window_student_cpu.yaml does")
 
 
 def label_confidences(logprobs: list[TokenLogprob] | None, claims: list[Claim]) -> list[float | None]:

@@ -311,16 +311,24 @@ def test_an_answer_budget_the_context_cannot_hold_is_refused_before_any_engine_s
     from fastvista.infer.run import ScoreConfig
 
     backend = BackendConfig(kind="vllm", model="m", max_model_len=4096)
-    with pytest.raises(ValidationError, match="1536 x turns_per_call=5 = 7680 answer tokens"):
+    with pytest.raises(ValidationError, match="student.max_tokens=1536 x student.turns_per_call=5 = 7680 answer tokens .* backend.max_model_len=4096"):
         ScoreConfig(backend=backend, student={"adapter": None, "turns_per_call": 5})
     ScoreConfig(backend=backend.model_copy(update={"max_model_len": 8192}),
                 student={"adapter": None, "turns_per_call": 5, "max_tokens": 1000, "max_claims": 8})
     ScoreConfig(backend=backend, student={"adapter": None})  # one turn a call fits
     data = {"input": "x.jsonl", "source": "jsonl"}
-    with pytest.raises(ValidationError, match="max_model_len=4096"):
+    with pytest.raises(ValidationError, match="window_max_tokens=1000 x window_turns=5 = 5000 .* max_model_len=4096"):
         SpeedConfig(model="m", window_model="w", data=data)
     assert SpeedConfig(model="m", window_model="w", data=data, max_model_len=8192).window_student().max_tokens == 1000
     SpeedConfig(model="m", data=data)  # no dialogue-level row: nothing to fit
+    SpeedConfig(model="m", window_model="w", data=data, window_forced=True)  # forced rows keep their own budget
+    SpeedConfig(model="m", window_model="w", data=data, only=["student"])  # the window row is not run
+    served = BackendConfig(kind="openai", model="m", base_url="http://127.0.0.1:1/v1")
+    ScoreConfig(backend=served, student={"adapter": None, "turns_per_call": 5, "max_tokens": 1000, "max_claims": 8})  # its server's context
+    from fastvista.evaluation.scorers import EvalConfig
+
+    with pytest.raises(ValidationError, match="backend.max_model_len=4096"):
+        EvalConfig(scorer="student", backend=backend, student={"adapter": None, "turns_per_call": 5})
 
 
 def test_the_training_set_records_its_format_and_training_refuses_mixed_formats(tmp_path):
