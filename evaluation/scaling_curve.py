@@ -13,7 +13,9 @@ their first N scored turns. Every point runs on the same engines, built once; ea
 with an empty prefix cache. The speedup is over the fastest teacher row run (by default the
 shipped teacher, the strongest in docs/speed.md) and over the teacher without prefix caching.
 A point's run lives in a folder named by what it was measured on (settings, weights, inputs):
-kept when the command runs again, its missing rows added, and never mixed with another.
+kept when the command runs again, its missing rows added, and never mixed with another. A point
+whose row scored nothing (every dialogue failed closed) has no speed: the table and plot say so
+with the reason, the other points go on, the command ends in an error, and a rerun tries it again.
 Writes scaling.json, scaling.md and scaling.png.
 """
 
@@ -28,7 +30,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.config import DataSelection
-from fastvista.evaluation.speed import ROWS, SpeedConfig, run_settings
+from fastvista.evaluation.speed import ROWS, NothingScored, SpeedConfig, run_settings
 
 VERIFASTSCORE_SPEEDUP = 6.6  # VeriFastScore's reported speedup over its pipeline (arXiv 2505.16973)
 PLAIN = "teacher, no prefix cache"
@@ -86,6 +88,8 @@ def summary(speed: dict) -> dict:
     rows = speed["configurations"]
     return {"speedup_over_teacher": speed["speedup"], "speedup_over_plain": speed.get("speedup_over_plain_teacher"),
             "teacher_row": speed["strongest_teacher_name"], "turns": rows["student"]["turns"],
+            "failed_dialogues": {name: f"{r['failed_dialogues']} dialogue{'s' * (r['failed_dialogues'] > 1)} ({r['turns']} turns scored)"
+                       for name, r in rows.items() if r.get("failed_dialogues")},
             **{f"{name} turns/s": r["turns_per_second"] for name, r in rows.items()},
             **{f"{name} prompt tok/turn": r["prompt_tokens_per_turn"] for name, r in rows.items()}}
 
@@ -118,13 +122,19 @@ def curve(args: ScalingConfig, out: Path, measure: Callable[[dict, Path], dict])
         previous = folder / "speed.json"
         speed = json.loads(previous.read_text()) if previous.exists() else {"configurations": {}}
         missing = [r for r in args.rows if r not in speed["configurations"]]
-        if missing:
-            speed = measure({**settings, "only": missing}, folder)
-        result["points"].setdefault(axis, []).append({"x": x, "run": str(folder), **summary(speed)})
+        point = {"x": x, "run": str(folder)}
+        try:
+            if missing:
+                speed = measure({**settings, "only": missing}, folder)
+            point.update(summary(speed))
+        except NothingScored as e:  # reported with its reason, and tried again on the next run
+            point["no_speed"] = str(e)
+        result["points"].setdefault(axis, []).append(point)
         (out / "scaling.json").write_text(json.dumps(result, indent=2))
     for axis, rows in result["points"].items():
-        xs = [r["x"] for r in rows]
-        result["crossings"][axis] = {k: crossing(xs, [r[k] for r in rows]) for k in ("speedup_over_teacher", "speedup_over_plain")}
+        measured = [r for r in rows if "no_speed" not in r]
+        result["crossings"][axis] = {k: crossing([r["x"] for r in measured], [r[k] for r in measured])
+                                     for k in ("speedup_over_teacher", "speedup_over_plain")}
     (out / "scaling.json").write_text(json.dumps(result, indent=2))
     (out / "scaling.md").write_text(table(result))
     plot(result, out / "scaling.png")
@@ -139,12 +149,17 @@ def table(result: dict) -> str:
     lines = []
     for axis, rows in result["points"].items():
         lines += [f"\n### Speedup as {axis} grow ({result['model']})\n",
-                  f"| {axis} | turns | student turns/s | teacher turns/s | plain teacher turns/s | vs teacher | vs plain teacher |",
-                  "|---|---|---|---|---|---|---|"]
+                  f"| {axis} | turns | student turns/s | teacher turns/s | plain teacher turns/s | vs teacher | vs plain teacher | failed closed |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in rows:
+            if "no_speed" in r:
+                reason = " ".join(r["no_speed"].split()).replace("|", "\\|")
+                lines.append(f"| {r['x']} | - | - | - | - | - | - | no speed: {reason} |")
+                continue
             plain = f"{r['speedup_over_plain']}x" if r["speedup_over_plain"] is not None else "-"
+            failed = "; ".join(f"{name}: {what}" for name, what in r.get("failed_dialogues", {}).items()) or "none"
             lines.append(f"| {r['x']} | {r['turns']} | {r.get('student turns/s')} | {r.get(r['teacher_row'] + ' turns/s')} | "
-                         f"{r.get(PLAIN + ' turns/s', '-')} | {r['speedup_over_teacher']}x | {plain} |")
+                         f"{r.get(PLAIN + ' turns/s', '-')} | {r['speedup_over_teacher']}x | {plain} | {failed} |")
         cross = result["crossings"].get(axis, {})
         lines.append(f"\n{VERIFASTSCORE_SPEEDUP}x, as {axis} grow: over the teacher, {_said(cross['speedup_over_teacher'])}; "
                      f"over the plain teacher, {_said(cross['speedup_over_plain'])}.")
@@ -160,10 +175,14 @@ def plot(result: dict, path: Path) -> None:
     axes_data = list(result["points"].items())
     fig, axes = plt.subplots(1, len(axes_data), figsize=(5.5 * len(axes_data), 4), squeeze=False)
     for ax, (axis, rows) in zip(axes[0], axes_data):
-        xs = [r["x"] for r in rows]
-        ax.plot(xs, [r["speedup_over_teacher"] for r in rows], "o-", label="vs teacher (prefix cache)")
-        if any(r["speedup_over_plain"] for r in rows):
-            ax.plot(xs, [r["speedup_over_plain"] for r in rows], "s--", label="vs plain teacher (no prefix cache)")
+        measured = [r for r in rows if "no_speed" not in r]
+        xs = [r["x"] for r in measured]
+        ax.plot(xs, [r["speedup_over_teacher"] for r in measured], "o-", label="vs teacher (prefix cache)")
+        if any(r["speedup_over_plain"] for r in measured):
+            ax.plot(xs, [r["speedup_over_plain"] for r in measured], "s--", label="vs plain teacher (no prefix cache)")
+        failed = [r["x"] for r in rows if "no_speed" in r]
+        if failed:
+            ax.plot(failed, [0] * len(failed), "rx", markersize=10, label="failed closed: no speed")
         ax.axhline(VERIFASTSCORE_SPEEDUP, color="grey", linestyle=":", label=f"VeriFastScore {VERIFASTSCORE_SPEEDUP}x")
         ax.axhline(1, color="black", linewidth=0.5)
         ax.set_xlabel(axis)
@@ -183,4 +202,8 @@ def main(args: ScalingConfig, out: Path) -> dict:
     engines: dict = {}  # one set of engines for every point
     result = curve(args, out, lambda settings, folder: speed_main(SpeedConfig.model_validate(settings), folder, engines))
     print(table(result))
+    failed = [f"{axis} {r['x']}" for axis, rows in result["points"].items() for r in rows if "no_speed" in r]
+    if failed:
+        raise RuntimeError(f"no speed at {', '.join(failed)} (every dialogue of a row failed closed; reasons in {out}/scaling.md); "
+                           "the other points are in the table and plot, and the same command tries these again")
     return result

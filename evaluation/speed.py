@@ -39,8 +39,10 @@ whose base row is neither kept nor asked for is refused before any engine starts
 Every row starts with its engine's prefix cache emptied: no row is served by what an earlier one
 cached. Each row's engine stops before the next row's starts (two engines at once do not fit a
 small machine), and each row is written to speed.json as soon as it is measured: a run that
-stopped is finished with `--only` and the rows it lacks. Prints a markdown table and writes
-speed.json and speed.md.
+stopped is finished with `--only` and the rows it lacks. A dialogue a row could not score is
+in ROW.failed.jsonl with its reason; the row's rate counts the turns it scored, and a row that
+scored nothing has no rate (`NothingScored`). Prints a markdown table and writes speed.json and
+speed.md.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, turn_result
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
-from fastvista.records_io import read_scored, write_json
+from fastvista.records_io import read_scored, write_json, write_jsonl
 from fastvista.protocol import check_completion, usage_of
 from fastvista.scheduler import SCHEDULES, run
 from fastvista.schema import Usage
@@ -79,17 +81,24 @@ def forget_prefixes(backend, server: str | None = None) -> None:
         backend.reset_prefix_cache()
 
 
+class NothingScored(RuntimeError):
+    """A row whose every dialogue failed closed: it has no speed, and its failures say why."""
+
+
 def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "waves", server: str | None = None) -> dict:
     path = out / f"{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.jsonl"
+    failures = path.with_suffix(".failed.jsonl")
     path.unlink(missing_ok=True)
+    failures.unlink(missing_ok=True)
     forget_prefixes(backend, server)
     before = backend.speculation() if hasattr(backend, "speculation") else None
     start = time.perf_counter()
     stats = run(dialogues, machine, lambda: backend, path, total=len(dialogues), progress=True, desc=name, schedule=schedule)
     wall = time.perf_counter() - start
+    write_jsonl(failures, stats.failed)  # each failed dialogue with its reason, beside the row's results
     turns = [t for d in read_scored(path) for t in d.turns] if path.exists() else []
     if not turns:
-        raise RuntimeError(f"{name}: no dialogue was scored ({len(stats.failed)} failed, e.g. {stats.failed[:1]}); no speed to report")
+        raise NothingScored(f"{name}: no dialogue was scored ({len(stats.failed)} failed, e.g. {stats.failed[:1]}; all in {failures}); no speed to report")
     result = {
         "turns": len(turns),
         "wall_seconds": round(wall, 2),
@@ -100,6 +109,7 @@ def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "
         "completion_tokens_per_turn": round(stats.completion_tokens / len(turns), 1),
         "failed_dialogues": len(stats.failed),
         "results": str(path),
+        "failures": str(failures),
     }
     after = backend.speculation() if hasattr(backend, "speculation") else None
     if after is not None:

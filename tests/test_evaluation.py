@@ -390,3 +390,25 @@ def test_speed_stops_each_engine_before_the_next_and_keeps_the_rows_a_later_fail
     assert result["configurations"]["student + n-gram"]["identical"]["identical"] == 9
     assert "30 of 40 drafted tokens accepted (0.75); outputs identical to greedy without drafting on 9 of 9 turns" \
         in (tmp_path / "out" / "speed.md").read_text()
+
+
+def test_a_speed_row_keeps_each_failed_dialogue_with_its_reason_and_one_that_scored_nothing_has_no_speed(tmp_path, monkeypatch):
+    """A dialogue the teacher cannot read fails closed: the row's rate counts the turns it scored,
+    and the row's failures file names the dialogue and why. A row that scored nothing has no speed."""
+    from fastvista.records_io import write_jsonl
+
+    def read_jsonl(path):
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    speed, started, cfg = _speed_setup(tmp_path, monkeypatch, only=["teacher", "student"])
+    garbled = museum_dialogue(2)
+    garbled.turns[1].text = "The GARBLE is loud."
+    write_jsonl(Path(cfg.data.input), [museum_dialogue(0), museum_dialogue(1), garbled])
+    row = speed.main(cfg, tmp_path / "out")["configurations"]["teacher"]
+    assert row["failed_dialogues"] == 1 and row["turns"] == 6
+    [failure] = read_jsonl(Path(row["failures"]))
+    assert failure["id"] == "d2" and "I cannot say" in failure["reason"]
+    write_jsonl(Path(cfg.data.input), [garbled])
+    with pytest.raises(speed.NothingScored, match="teacher: no dialogue was scored .*all in .*teacher.failed.jsonl"):
+        speed.main(cfg.model_copy(update={"only": ["teacher"]}), tmp_path / "out2")
+    assert [f["id"] for f in read_jsonl(tmp_path / "out2" / "teacher.failed.jsonl")] == ["d2"]

@@ -53,6 +53,8 @@ def fake_speed(speedups: dict):
         rows = {"teacher": 1.0, "teacher, no prefix cache": 0.5, "student": speedups[x]}
         speed = {"speedup": speedups[x], "speedup_over_plain_teacher": speedups[x] * 2, "strongest_teacher_name": "teacher",
                  "configurations": {k: {"turns_per_second": v, "turns": 10, "prompt_tokens_per_turn": 100.0} for k, v in rows.items()}}
+        if x == 20:  # the teacher failed one dialogue closed: its rate counts the turns it scored
+            speed["configurations"]["teacher"].update(turns=8, failed_dialogues=1)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "speed.json").write_text(json.dumps(speed))
         return speed
@@ -80,6 +82,8 @@ def test_scaling_curve_finds_where_the_speedup_crosses_6_6x_and_keeps_finished_p
     assert result["crossings"]["scored turns"]["speedup_over_teacher"] == {"at": None, "note": "below at every point"}
     text = (tmp_path / "out" / "scaling.md").read_text()
     assert "over the teacher, below at every point" in text and (tmp_path / "out" / "scaling.png").stat().st_size > 0
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["| 20"].endswith("| teacher: 1 dialogue (8 turns scored) |") and rows["| 5"].endswith("| none |")
     # run again: every point is kept; another model is measured apart, the first run's folders stay
     measure2, calls2 = fake_speed(speedups)
     curve(cfg, tmp_path / "out", measure2)
@@ -113,3 +117,36 @@ def test_scaling_settings_are_checked_before_any_point_runs(tmp_path):
                          ({"dialogue_turns": [0, 5]}, "at least 1")):
         with pytest.raises(ValueError, match=message):
             ScalingConfig(**{**good, **bad})
+
+
+def test_a_point_whose_teacher_scored_nothing_is_reported_not_plotted_and_tried_again(tmp_path, monkeypatch):
+    import pytest
+
+    from fastvista.evaluation import scaling_curve
+    from fastvista.evaluation.speed import NothingScored
+
+    files = {n: tmp_path / f"ref_{n}.jsonl" for n in (100, 1000, 4000)}
+    for f in files.values():
+        f.write_text("")
+    cfg = scaling_curve.ScalingConfig(speed={"model": "student"}, references={n: str(f) for n, f in files.items()})
+    measure, calls = fake_speed({100: 1.5, 1000: 7.0, 4000: 9.0})
+
+    def failing_at_4000(settings, folder):
+        if settings["data"]["input"].endswith("ref_4000.jsonl"):
+            calls.append(settings)
+            raise NothingScored("teacher: no dialogue was scored (3 failed, e.g. [{'reason': 'no label | twice'}])")
+        return measure(settings, folder)
+
+    monkeypatch.setattr("fastvista.evaluation.speed.main", lambda settings, folder, engines: failing_at_4000(settings.model_dump(), folder))
+    with pytest.raises(RuntimeError, match="no speed at reference tokens 4000"):
+        scaling_curve.main(cfg, tmp_path / "out")
+    result = json.loads((tmp_path / "out" / "scaling.json").read_text())
+    # the crossing comes from the measured points only: 6.6x between 100 (1.5x) and 1,000 (7.0x)
+    assert result["crossings"]["reference tokens"]["speedup_over_teacher"]["at"] == round(100 + (6.6 - 1.5) / (7.0 - 1.5) * 900, 1)
+    row = next(line for line in (tmp_path / "out" / "scaling.md").read_text().splitlines() if line.startswith("| 4000"))
+    assert row.count(" | ") == 7 and "no speed: teacher: no dialogue was scored" in row and "no label \\| twice" in row
+    # a rerun keeps the measured points and tries the failed one again
+    del calls[:]
+    with pytest.raises(RuntimeError):
+        scaling_curve.main(cfg, tmp_path / "out")
+    assert [c["data"]["input"] for c in calls] == [str(files[4000])]
