@@ -2,9 +2,9 @@
 weights, the same engines) as knowledge grows and as dialogues grow, one `fastvista eval speed`
 run per point, and where the ratio crosses VeriFastScore's 6.6x.
 
-    fastvista data scaling-set data/corpus/inputs.jsonl.gz -o runs/scaling/inputs --limit 20
+    fastvista data scaling-set data/corpus/inputs.jsonl.gz -o runs/scaling/inputs --limit 10
     fastvista data convert topical_chat $DATA/topical_chat/conversations/test_rare.json --option assistant=both \\
-        --min-scored-turns 20 --max-scored-turns 20 --sample 20 -o runs/scaling/inputs/long_dialogues.jsonl
+        --min-scored-turns 20 --max-scored-turns 20 --sample 6 -o runs/scaling/inputs/long_dialogues.jsonl
     fastvista eval scaling -c configs/eval/scaling_cpu.yaml -o runs/scaling --set speed.model=runs/student/NAME/merged
 
 Knowledge: the same dialogues with references of each length (`references`). Dialogues: the
@@ -14,8 +14,10 @@ with an empty prefix cache. The speedup is over the fastest teacher row run (by 
 shipped teacher, the strongest in docs/speed.md) and over the teacher without prefix caching.
 A point's run lives in a folder named by what it was measured on (settings, weights, inputs):
 kept when the command runs again, its missing rows added, and never mixed with another. A point
-whose row scored nothing (every dialogue failed closed) has no speed: the table and plot say so
-with the reason, the other points go on, the command ends in an error, and a rerun tries it again.
+whose row scored nothing (every dialogue failed closed) has no speed, and a point whose row failed
+some dialogues has no comparable ratio (the failed ones cost time but add no turns): the table and
+plot show both with what failed, the crossing leaves them out, the other points go on, the command
+exits 3, and a rerun measures those rows again (their reasons: ROW.failed.jsonl in the point's folder).
 Writes scaling.json, scaling.md and scaling.png.
 """
 
@@ -88,22 +90,33 @@ def summary(speed: dict) -> dict:
     rows = speed["configurations"]
     return {"speedup_over_teacher": speed["speedup"], "speedup_over_plain": speed.get("speedup_over_plain_teacher"),
             "teacher_row": speed["strongest_teacher_name"], "turns": rows["student"]["turns"],
-            "failed_dialogues": {name: f"{r['failed_dialogues']} dialogue{'s' * (r['failed_dialogues'] > 1)} ({r['turns']} turns scored)"
-                       for name, r in rows.items() if r.get("failed_dialogues")},
+            "failed_dialogues": {name: {"dialogues": r["failed_dialogues"], "turns_scored": r["turns"]}
+                                 for name, r in rows.items() if r.get("failed_dialogues")},
             **{f"{name} turns/s": r["turns_per_second"] for name, r in rows.items()},
             **{f"{name} prompt tok/turn": r["prompt_tokens_per_turn"] for name, r in rows.items()}}
 
 
+def comparable(point: dict) -> bool:
+    """A ratio is comparable only when every row scored every dialogue: a row's failed dialogue
+    costs time and calls but adds no turns, so its rate would be biased."""
+    return "no_speed" not in point and not point.get("failed_dialogues")
+
+
 def crossing(xs: list[float], ys: list[float | None], level: float = VERIFASTSCORE_SPEEDUP) -> dict:
     """Where the curve first crosses `level` (linear between points) and which way, or that it
-    stays on one side over the whole range."""
+    stays on one side over the whole range. A point with no comparable ratio (None) is a gap: a
+    crossing across it is placed between its neighbours, not drawn through it."""
     pairs = [(x, y) for x, y in zip(xs, ys) if y is not None]
     if not pairs:
-        return {"at": None, "note": "not measured"}
+        return {"at": None, "note": "no comparable point"}
     for (x0, y0), (x1, y1) in zip(pairs, pairs[1:]):
         if (y0 < level) != (y1 < level):
-            return {"at": round(x0 + (level - y0) * (x1 - x0) / (y1 - y0), 1), "direction": "rises above" if y1 >= level else "falls below"}
-    return {"at": None, "note": "above at every point" if pairs[0][1] >= level else "below at every point"}
+            direction = "rises above" if y1 >= level else "falls below"
+            if any(y is None for x, y in zip(xs, ys) if x0 < x < x1):
+                return {"at": None, "direction": direction, "note": f"{direction} it between {x0} and {x1}, across a point with no comparable ratio"}
+            return {"at": round(x0 + (level - y0) * (x1 - x0) / (y1 - y0), 1), "direction": direction}
+    side = "above" if pairs[0][1] >= level else "below"
+    return {"at": None, "note": f"{side} at every point" if len(pairs) == len(ys) else f"{side} at every comparable point"}
 
 
 def point_folder(out: Path, axis: str, x: int, settings: dict) -> Path:
@@ -113,32 +126,52 @@ def point_folder(out: Path, axis: str, x: int, settings: dict) -> Path:
 
 
 def curve(args: ScalingConfig, out: Path, measure: Callable[[dict, Path], dict]) -> dict:
-    """Each point measured by `measure(speed settings, folder)`, only its rows not measured yet;
-    the curves and their 6.6x crossings."""
+    """Each point measured by `measure(speed settings, folder)`, only its rows not measured yet or
+    with failed dialogues (tried again); the curves and their 6.6x crossings, written even when a
+    point stops the run, so the summaries always show the points measured so far."""
     result: dict = {"model": args.speed.get("model"), "rows": args.rows, "points": {}, "crossings": {}}
-    for axis, x, data in points(args):
-        settings = {**args.speed, "data": data.model_dump(), "skip_plain": PLAIN not in args.rows}
-        folder = point_folder(out, axis, x, settings)
-        previous = folder / "speed.json"
-        speed = json.loads(previous.read_text()) if previous.exists() else {"configurations": {}}
-        missing = [r for r in args.rows if r not in speed["configurations"]]
-        point = {"x": x, "run": str(folder)}
-        try:
-            if missing:
-                speed = measure({**settings, "only": missing}, folder)
-            point.update(summary(speed))
-        except NothingScored as e:  # reported with its reason, and tried again on the next run
-            point["no_speed"] = str(e)
-        result["points"].setdefault(axis, []).append(point)
+    try:
+        for axis, x, data in points(args):
+            settings = {**args.speed, "data": data.model_dump(), "skip_plain": PLAIN not in args.rows}
+            folder = point_folder(out, axis, x, settings)
+            previous = folder / "speed.json"
+            speed = json.loads(previous.read_text()) if previous.exists() else {"configurations": {}}
+            again = [r for r in args.rows if r not in speed["configurations"] or speed["configurations"][r].get("failed_dialogues")]
+            point = {"x": x, "run": str(folder)}
+            try:
+                if again:
+                    speed = measure({**settings, "only": again}, folder)
+                point.update(summary(speed))
+            except NothingScored as e:  # reported with its reason, and tried again on the next run
+                point["no_speed"] = str(e)
+            result["points"].setdefault(axis, []).append(point)
+    finally:
+        for axis, rows in result["points"].items():
+            xs = [r["x"] for r in rows]
+            result["crossings"][axis] = {k: crossing(xs, [r[k] if comparable(r) else None for r in rows])
+                                         for k in ("speedup_over_teacher", "speedup_over_plain")}
         (out / "scaling.json").write_text(json.dumps(result, indent=2))
-    for axis, rows in result["points"].items():
-        measured = [r for r in rows if "no_speed" not in r]
-        result["crossings"][axis] = {k: crossing([r["x"] for r in measured], [r[k] for r in measured])
-                                     for k in ("speedup_over_teacher", "speedup_over_plain")}
-    (out / "scaling.json").write_text(json.dumps(result, indent=2))
-    (out / "scaling.md").write_text(table(result))
-    plot(result, out / "scaling.png")
+        (out / "scaling.md").write_text(table(result))
+        if result["points"]:
+            plot(result, out / "scaling.png")
+        else:  # no point measured: no plot of another run's points
+            (out / "scaling.png").unlink(missing_ok=True)
     return result
+
+
+def not_comparable(result: dict) -> list[str]:
+    """The points with no speed or with failed dialogues, each with what failed."""
+    found = []
+    for axis, rows in result["points"].items():
+        found += [f"{axis} {r['x']}: {_failed(r)}" for r in rows if not comparable(r)]
+    return found
+
+
+def _failed(point: dict) -> str:
+    if "no_speed" in point:
+        return "no speed: " + " ".join(point["no_speed"].split())
+    return "; ".join(f"{name}: {f['dialogues']} dialogue{'s' * (f['dialogues'] > 1)} failed ({f['turns_scored']} turns scored)"
+                     for name, f in point["failed_dialogues"].items())
 
 
 def _said(c: dict) -> str:
@@ -152,12 +185,11 @@ def table(result: dict) -> str:
                   f"| {axis} | turns | student turns/s | teacher turns/s | plain teacher turns/s | vs teacher | vs plain teacher | failed closed |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in rows:
+            failed = "none" if comparable(r) else _failed(r).replace("|", "\\|")
             if "no_speed" in r:
-                reason = " ".join(r["no_speed"].split()).replace("|", "\\|")
-                lines.append(f"| {r['x']} | - | - | - | - | - | - | no speed: {reason} |")
+                lines.append(f"| {r['x']} | - | - | - | - | - | - | {failed} |")
                 continue
             plain = f"{r['speedup_over_plain']}x" if r["speedup_over_plain"] is not None else "-"
-            failed = "; ".join(f"{name}: {what}" for name, what in r.get("failed_dialogues", {}).items()) or "none"
             lines.append(f"| {r['x']} | {r['turns']} | {r.get('student turns/s')} | {r.get(r['teacher_row'] + ' turns/s')} | "
                          f"{r.get(PLAIN + ' turns/s', '-')} | {r['speedup_over_teacher']}x | {plain} | {failed} |")
         cross = result["crossings"].get(axis, {})
@@ -175,14 +207,17 @@ def plot(result: dict, path: Path) -> None:
     axes_data = list(result["points"].items())
     fig, axes = plt.subplots(1, len(axes_data), figsize=(5.5 * len(axes_data), 4), squeeze=False)
     for ax, (axis, rows) in zip(axes[0], axes_data):
-        measured = [r for r in rows if "no_speed" not in r]
-        xs = [r["x"] for r in measured]
-        ax.plot(xs, [r["speedup_over_teacher"] for r in measured], "o-", label="vs teacher (prefix cache)")
-        if any(r["speedup_over_plain"] for r in measured):
-            ax.plot(xs, [r["speedup_over_plain"] for r in measured], "s--", label="vs plain teacher (no prefix cache)")
-        failed = [r["x"] for r in rows if "no_speed" in r]
-        if failed:
-            ax.plot(failed, [0] * len(failed), "rx", markersize=10, label="failed closed: no speed")
+        kept = [r for r in rows if comparable(r)]
+        xs = [r["x"] for r in kept]
+        ax.plot(xs, [r["speedup_over_teacher"] for r in kept], "o-", label="vs teacher (prefix cache)")
+        if any(r["speedup_over_plain"] for r in kept):
+            ax.plot(xs, [r["speedup_over_plain"] for r in kept], "s--", label="vs plain teacher (no prefix cache)")
+        partial = [r for r in rows if "no_speed" not in r and not comparable(r)]
+        if partial:
+            ax.plot([r["x"] for r in partial], [r["speedup_over_teacher"] for r in partial], "o", markerfacecolor="none",
+                    color="grey", label="vs teacher, a row failed dialogues (not comparable)")
+        for i, r in enumerate(r for r in rows if "no_speed" in r):
+            ax.axvline(r["x"], color="red", linestyle=":", label="no speed: every dialogue failed closed" if i == 0 else None)
         ax.axhline(VERIFASTSCORE_SPEEDUP, color="grey", linestyle=":", label=f"VeriFastScore {VERIFASTSCORE_SPEEDUP}x")
         ax.axhline(1, color="black", linewidth=0.5)
         ax.set_xlabel(axis)
@@ -202,8 +237,4 @@ def main(args: ScalingConfig, out: Path) -> dict:
     engines: dict = {}  # one set of engines for every point
     result = curve(args, out, lambda settings, folder: speed_main(SpeedConfig.model_validate(settings), folder, engines))
     print(table(result))
-    failed = [f"{axis} {r['x']}" for axis, rows in result["points"].items() for r in rows if "no_speed" in r]
-    if failed:
-        raise RuntimeError(f"no speed at {', '.join(failed)} (every dialogue of a row failed closed; reasons in {out}/scaling.md); "
-                           "the other points are in the table and plot, and the same command tries these again")
     return result

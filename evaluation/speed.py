@@ -58,9 +58,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fastvista.config import DataSelection, load_config, load_dialogues
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, turn_result
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
-from fastvista.records_io import read_scored, write_json, write_jsonl
+from fastvista.records_io import read_scored, write_json
 from fastvista.protocol import check_completion, usage_of
-from fastvista.scheduler import SCHEDULES, run
+from fastvista.scheduler import SCHEDULES, run_reporting_failures
 from fastvista.schema import Usage
 from fastvista.models import resolve_model
 from fastvista.scoring import scored_dialogue
@@ -87,15 +87,14 @@ class NothingScored(RuntimeError):
 
 def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "waves", server: str | None = None) -> dict:
     path = out / f"{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.jsonl"
-    failures = path.with_suffix(".failed.jsonl")
+    failures = path.with_suffix(".failed.jsonl")  # each failed dialogue with its reason, beside the row's results
     path.unlink(missing_ok=True)
-    failures.unlink(missing_ok=True)
     forget_prefixes(backend, server)
     before = backend.speculation() if hasattr(backend, "speculation") else None
     start = time.perf_counter()
-    stats = run(dialogues, machine, lambda: backend, path, total=len(dialogues), progress=True, desc=name, schedule=schedule)
+    stats = run_reporting_failures(dialogues, machine, lambda: backend, path, failures, total=len(dialogues), progress=True,
+                                   desc=name, schedule=schedule)
     wall = time.perf_counter() - start
-    write_jsonl(failures, stats.failed)  # each failed dialogue with its reason, beside the row's results
     turns = [t for d in read_scored(path) for t in d.turns] if path.exists() else []
     if not turns:
         raise NothingScored(f"{name}: no dialogue was scored ({len(stats.failed)} failed, e.g. {stats.failed[:1]}; all in {failures}); no speed to report")
@@ -313,15 +312,17 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
         """Measure one row and keep it at once, whole: a row that fails later loses none before it
         (`--only` then runs the rest). A drafting row records how many answers are the very ones
         of the row it drafts for; rows kept from before that replayed or repeated this row's
-        answers are dropped: those answers are gone."""
+        answers are dropped: those answers are gone. A row measured again is dropped first, so
+        if it fails now no figure of the earlier run stays beside the files this run replaced."""
+        for row in [name] + [row for row, of in DEPENDS.items() if of == name]:
+            configs.pop(row, None)
+        keep()
         configs[name] = measure(name, *how, **where)
         base = DEPENDS.get(name)
         if base and name.endswith("n-gram"):
             configs[name]["identical"] = same_outputs(configs[base]["results"], configs[name]["results"])
         if note:
             configs[name]["note"] = note
-        for row in [row for row, of in DEPENDS.items() if of == name and row in configs]:
-            del configs[row]
         keep()
 
     def keep() -> None:

@@ -183,13 +183,13 @@ def eval_cross_turn(
     typer.echo(cross_turn_table(reports))
 
 
-def run_configured(config_class, main, config: Path, overrides: list[str], out: Path) -> None:
-    """A stage run from a YAML config with its --set overrides: a bad config or a failed run is
-    one clear error."""
+def run_configured(config_class, main, config: Path, overrides: list[str], out: Path):
+    """A stage run from a YAML config with its --set overrides, and its result: a bad config or a
+    failed run is one clear error."""
     from fastvista.config import load_config
 
     try:
-        main(config_class.model_validate(load_config(str(config), overrides)), out)
+        return main(config_class.model_validate(load_config(str(config), overrides)), out)
     except RUN_ERRORS as e:
         fail(str(e))
 
@@ -571,10 +571,16 @@ def eval_scaling(
 ):
     """The speed scaling curve: the student's speedup over the teacher and the plain teacher as
     references grow (~100 to ~4,000 tokens) and as dialogues grow (5 to 20 scored turns), and
-    where it crosses VeriFastScore's 6.6x. A finished point is kept when the command runs again."""
-    from fastvista.evaluation.scaling_curve import ScalingConfig, main
+    where it crosses VeriFastScore's 6.6x. A finished point is kept when the command runs again.
+    Exits 3 when a point has no comparable ratio (a row failed dialogues): the same command measures
+    those rows again."""
+    from fastvista.evaluation.scaling_curve import ScalingConfig, main, not_comparable
 
-    run_configured(ScalingConfig, main, config, set_, out)
+    failed = not_comparable(run_configured(ScalingConfig, main, config, set_, out))
+    if failed:
+        typer.secho("error: points without a comparable ratio (left out of the crossing; reasons in each point's ROW.failed.jsonl):\n  "
+                    + "\n  ".join(failed) + "\nRun the same command again: it measures only those rows.", fg=typer.colors.RED, err=True)
+        raise typer.Exit(3)
 
 
 @eval_app.command("train-speed")

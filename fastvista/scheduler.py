@@ -339,15 +339,17 @@ def run(
     return state.stats
 
 
-def run_reporting_failures(dialogues, machine, backend_factory, results: Path, **options) -> RunStats:
-    """`run`, its failures written as they happen to failed.jsonl beside `results` (the dialogues
-    this run could not score, with reasons; the next run tries them again). The file is replaced
-    only when the run ends, so a crash or a refusal keeps the last run's reasons."""
+def run_reporting_failures(dialogues, machine, backend_factory, results: Path, failed: Path | None = None, **options) -> RunStats:
+    """`run`, its failures written as they happen to `failed` (by default failed.jsonl beside
+    `results`: the dialogues this run could not score, with reasons; the next run tries them
+    again). The file is replaced only when the run ends, so a crash or a refusal keeps the last
+    run's reasons."""
+    failed = failed or results.parent / "failed.jsonl"
     results.parent.mkdir(parents=True, exist_ok=True)
-    partial = results.parent / "failed.jsonl.partial"
+    partial = failed.with_name(failed.name + ".partial")
     with open(partial, "w", encoding="utf-8") as failed_out:
         stats = run(dialogues, machine, backend_factory, results, failed_out=failed_out, **options)
-    partial.replace(results.parent / "failed.jsonl")
+    partial.replace(failed)
     return stats
 
 

@@ -412,3 +412,26 @@ def test_a_speed_row_keeps_each_failed_dialogue_with_its_reason_and_one_that_sco
     with pytest.raises(speed.NothingScored, match="teacher: no dialogue was scored .*all in .*teacher.failed.jsonl"):
         speed.main(cfg.model_copy(update={"only": ["teacher"]}), tmp_path / "out2")
     assert [f["id"] for f in read_jsonl(tmp_path / "out2" / "teacher.failed.jsonl")] == ["d2"]
+
+
+def test_a_row_measured_again_that_fails_leaves_no_figure_of_its_earlier_run(tmp_path, monkeypatch):
+    """Measuring a row again replaces its files: if the new run scores nothing, speed.json must not
+    keep the old figures beside them (the other rows stay)."""
+    from fastvista.llm import Completion
+    from tests.scripted import ScriptedBackend
+
+    speed, started, cfg = _speed_setup(tmp_path, monkeypatch, only=["teacher", "student"])
+    speed.main(cfg, tmp_path / "out")
+
+    class Down(ScriptedBackend):  # a backend reports a failed call in the completion, after its own retries
+        def generate(self, requests):
+            return [Completion(text="", error="server down") for _ in requests]
+
+    monkeypatch.setattr(speed, "engine", lambda model, args, **changes: Down())
+    with pytest.raises(speed.NothingScored):
+        speed.main(cfg.model_copy(update={"only": ["teacher"]}), tmp_path / "out")
+    kept = json.loads((tmp_path / "out" / "speed.json").read_text())
+    assert list(kept["configurations"]) == ["student"] and "speedup" not in kept
+    assert not (tmp_path / "out" / "speed.md").exists()
+    reasons = [json.loads(line)["reason"] for line in (tmp_path / "out" / "teacher.failed.jsonl").read_text().splitlines()]
+    assert len(reasons) == 3 and all("server down" in r for r in reasons)

@@ -79,15 +79,18 @@ def test_scaling_curve_finds_where_the_speedup_crosses_6_6x_and_keeps_finished_p
     # 6.6x between 1,000 tokens (4.0x) and 4,000 (9.2x): 1000 + (6.6 - 4.0) / (9.2 - 4.0) * 3000
     assert result["crossings"]["reference tokens"]["speedup_over_teacher"] == {"at": 2500.0, "direction": "rises above"}
     assert result["crossings"]["reference tokens"]["speedup_over_plain"]["at"] == round(100 + (6.6 - 3.0) / (8.0 - 3.0) * 900, 1)
-    assert result["crossings"]["scored turns"]["speedup_over_teacher"] == {"at": None, "note": "below at every point"}
+    # the 20-turn point's teacher failed a dialogue: its ratio is not compared
+    assert result["crossings"]["scored turns"]["speedup_over_teacher"] == {"at": None, "note": "below at every comparable point"}
     text = (tmp_path / "out" / "scaling.md").read_text()
-    assert "over the teacher, below at every point" in text and (tmp_path / "out" / "scaling.png").stat().st_size > 0
+    assert "over the teacher, below at every comparable point" in text and (tmp_path / "out" / "scaling.png").stat().st_size > 0
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
-    assert rows["| 20"].endswith("| teacher: 1 dialogue (8 turns scored) |") and rows["| 5"].endswith("| none |")
-    # run again: every point is kept; another model is measured apart, the first run's folders stay
+    assert rows["| 20"].endswith("| teacher: 1 dialogue failed (8 turns scored) |") and rows["| 5"].endswith("| none |")
+    # run again: every point is kept but the teacher row that failed a dialogue, measured again;
+    # another model is measured apart, the first run's folders stay
     measure2, calls2 = fake_speed(speedups)
     curve(cfg, tmp_path / "out", measure2)
-    assert calls2 == []
+    assert [(c["data"]["max_scored_turns"], c["only"]) for c in calls2] == [(20, ["teacher"])]
+    del calls2[:]
     curve(cfg.model_copy(update={"speed": {"model": "other"}}), tmp_path / "out", measure2)
     assert len(calls2) == 5 and len(list((tmp_path / "out" / "reference").iterdir())) == 6
 
@@ -97,7 +100,10 @@ def test_a_crossing_is_found_either_way_and_a_curve_above_everywhere_says_so():
 
     assert crossing([1, 2, 3], [8, 7, 5]) == {"at": 2.2, "direction": "falls below"}
     assert crossing([1, 2], [7, 9]) == {"at": None, "note": "above at every point"}
-    assert crossing([1, 2], [None, None]) == {"at": None, "note": "not measured"}
+    assert crossing([1, 2], [None, None]) == {"at": None, "note": "no comparable point"}
+    # never drawn across a point with no comparable ratio: placed between its neighbours
+    assert crossing([1000, 2000, 4000], [4.0, None, 9.2]) == {
+        "at": None, "direction": "rises above", "note": "rises above it between 1000 and 4000, across a point with no comparable ratio"}
 
 
 def test_scaling_settings_are_checked_before_any_point_runs(tmp_path):
@@ -119,34 +125,51 @@ def test_scaling_settings_are_checked_before_any_point_runs(tmp_path):
             ScalingConfig(**{**good, **bad})
 
 
-def test_a_point_whose_teacher_scored_nothing_is_reported_not_plotted_and_tried_again(tmp_path, monkeypatch):
-    import pytest
+def test_points_without_a_comparable_ratio_are_reported_left_out_of_the_crossing_and_measured_again(tmp_path, monkeypatch):
+    """A row that scored nothing has no speed; a row that failed some dialogues has a biased rate.
+    Both points are shown with what failed, left out of the crossing, and the CLI exits 3; a rerun
+    measures only those rows. Another error stops the run with the summaries of what it measured."""
+    from typer.testing import CliRunner
 
+    from fastvista.cli import app
     from fastvista.evaluation import scaling_curve
     from fastvista.evaluation.speed import NothingScored
 
-    files = {n: tmp_path / f"ref_{n}.jsonl" for n in (100, 1000, 4000)}
+    files = {n: tmp_path / f"ref_{n}.jsonl" for n in (100, 1000, 2000, 4000)}
     for f in files.values():
         f.write_text("")
-    cfg = scaling_curve.ScalingConfig(speed={"model": "student"}, references={n: str(f) for n, f in files.items()})
-    measure, calls = fake_speed({100: 1.5, 1000: 7.0, 4000: 9.0})
+    cfg = tmp_path / "scaling.yaml"
+    cfg.write_text(json.dumps({"speed": {"model": "student"}, "references": {str(n): str(f) for n, f in files.items()}}))
+    measure, calls = fake_speed({100: 1.5, 1000: 4.0, 2000: 5.0, 4000: 9.0})
+    partial = {"1000": 1}
 
-    def failing_at_4000(settings, folder):
-        if settings["data"]["input"].endswith("ref_4000.jsonl"):
+    def flaky(settings, folder):
+        x = settings["data"]["input"].split("_")[-1].split(".")[0]
+        if x == "2000":
             calls.append(settings)
             raise NothingScored("teacher: no dialogue was scored (3 failed, e.g. [{'reason': 'no label | twice'}])")
-        return measure(settings, folder)
+        speed = measure(settings, folder)
+        if partial.pop(x, None):  # the teacher failed one dialogue closed on the first run only
+            speed["configurations"]["teacher"].update(turns=8, failed_dialogues=1)
+            (folder / "speed.json").write_text(json.dumps(speed))
+        return speed
 
-    monkeypatch.setattr("fastvista.evaluation.speed.main", lambda settings, folder, engines: failing_at_4000(settings.model_dump(), folder))
-    with pytest.raises(RuntimeError, match="no speed at reference tokens 4000"):
-        scaling_curve.main(cfg, tmp_path / "out")
+    monkeypatch.setattr("fastvista.evaluation.speed.main", lambda settings, folder, engines: flaky(settings.model_dump(), folder))
+    run = CliRunner().invoke(app, ["eval", "scaling", "-c", str(cfg), "-o", str(tmp_path / "out")])
+    assert run.exit_code == 3 and "reference tokens 1000: teacher: 1 dialogue failed (8 turns scored)" in run.output
+    assert "reference tokens 2000: no speed: teacher: no dialogue was scored" in run.output
     result = json.loads((tmp_path / "out" / "scaling.json").read_text())
-    # the crossing comes from the measured points only: 6.6x between 100 (1.5x) and 1,000 (7.0x)
-    assert result["crossings"]["reference tokens"]["speedup_over_teacher"]["at"] == round(100 + (6.6 - 1.5) / (7.0 - 1.5) * 900, 1)
-    row = next(line for line in (tmp_path / "out" / "scaling.md").read_text().splitlines() if line.startswith("| 4000"))
-    assert row.count(" | ") == 7 and "no speed: teacher: no dialogue was scored" in row and "no label \\| twice" in row
-    # a rerun keeps the measured points and tries the failed one again
+    # 6.6x lies between 100 (1.5x) and 4,000 (9.0x), but the points between have no comparable ratio
+    assert result["crossings"]["reference tokens"]["speedup_over_teacher"]["note"].startswith("rises above it between 100 and 4000")
+    rows = {line.split(" | ")[0]: line for line in (tmp_path / "out" / "scaling.md").read_text().splitlines() if line.startswith("| ")}
+    assert rows["| 2000"].count(" | ") == 7 and "no label \\| twice" in rows["| 2000"] and rows["| 4000"].endswith("| none |")
+    # a rerun measures the failed rows only: the teacher at 1,000 (it now scores all) and the point at 2,000
     del calls[:]
-    with pytest.raises(RuntimeError):
-        scaling_curve.main(cfg, tmp_path / "out")
-    assert [c["data"]["input"] for c in calls] == [str(files[4000])]
+    run = CliRunner().invoke(app, ["eval", "scaling", "-c", str(cfg), "-o", str(tmp_path / "out")])
+    assert [(c["data"]["input"], c["only"]) for c in calls] == [(str(files[1000]), ["teacher"]), (str(files[2000]), ["teacher", "teacher, no prefix cache", "student"])]
+    assert run.exit_code == 3 and "reference tokens 1000:" not in run.output and "reference tokens 2000: no speed" in run.output
+    # any other error stops the run, and the summaries show the points measured before it
+    monkeypatch.setattr("fastvista.evaluation.speed.main", lambda settings, folder, engines: (_ for _ in ()).throw(OSError("disk full")))
+    run = CliRunner().invoke(app, ["eval", "scaling", "-c", str(cfg), "-o", str(tmp_path / "other"), "--set", "speed.model=other"])
+    assert run.exit_code == 2 and "disk full" in run.output
+    assert json.loads((tmp_path / "other" / "scaling.json").read_text())["points"] == {}
