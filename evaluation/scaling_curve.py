@@ -13,11 +13,11 @@ their first N scored turns. Every point runs on the same engines, built once; ea
 with an empty prefix cache. The speedup is over the fastest teacher row run (by default the
 shipped teacher, the strongest in docs/speed.md) and over the teacher without prefix caching.
 A point's run lives in a folder named by what it was measured on (settings, weights, inputs):
-kept when the command runs again, its missing rows added, and never mixed with another. A point
-whose row scored nothing (every dialogue failed closed) has no speed, and a point whose row failed
-some dialogues has no comparable ratio (the failed ones cost time but add no turns): the table and
-plot show both with what failed, the crossing leaves them out, the other points go on, the command
-exits 3, and a rerun measures those rows again (their reasons: ROW.failed.jsonl in the point's folder).
+kept when the command runs again, its missing rows added, and never mixed with another. A ratio
+made from a row that failed dialogues (they cost time but add no turns) or scored nothing at all
+is not comparable: the table and plot show it with what failed, the crossing leaves it out, the
+other points go on, the command exits 3, and a rerun measures those rows again, with the rows that
+replay them (the reasons: ROW.failed.jsonl in the point's folder).
 Writes scaling.json, scaling.md and scaling.png.
 """
 
@@ -32,7 +32,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.config import DataSelection
-from fastvista.evaluation.speed import ROWS, NothingScored, SpeedConfig, run_settings
+from fastvista.evaluation.speed import DEPENDS, ROWS, NothingScored, SpeedConfig, failed_rows, run_settings
 
 VERIFASTSCORE_SPEEDUP = 6.6  # VeriFastScore's reported speedup over its pipeline (arXiv 2505.16973)
 PLAIN = "teacher, no prefix cache"
@@ -85,21 +85,41 @@ def points(args: ScalingConfig) -> list[tuple[str, int, DataSelection]]:
     return found
 
 
-def summary(speed: dict) -> dict:
-    """What the curve plots from one speed run."""
-    rows = speed["configurations"]
-    return {"speedup_over_teacher": speed["speedup"], "speedup_over_plain": speed.get("speedup_over_plain_teacher"),
-            "teacher_row": speed["strongest_teacher_name"], "turns": rows["student"]["turns"],
-            "failed_dialogues": {name: {"dialogues": r["failed_dialogues"], "turns_scored": r["turns"]}
-                                 for name, r in rows.items() if r.get("failed_dialogues")},
-            **{f"{name} turns/s": r["turns_per_second"] for name, r in rows.items()},
-            **{f"{name} prompt tok/turn": r["prompt_tokens_per_turn"] for name, r in rows.items()}}
+def summary(speed: dict, rows: list[str]) -> dict:
+    """What the curve plots from one speed run's rows (those the curve asks for): each row's rate
+    and prompt tokens, the rows that failed dialogues, and the ratios of the fastest student row
+    over the fastest teacher row with prefix caching and over the plain teacher."""
+    configs = {name: r for name, r in speed["configurations"].items() if name in rows}
+    point: dict = {"failed_dialogues": {name: {"dialogues": n, "turns_scored": configs[name]["turns"]} for name, n in failed_rows(configs).items()},
+                   **{f"{name} turns/s": r["turns_per_second"] for name, r in configs.items()},
+                   **{f"{name} prompt tok/turn": r["prompt_tokens_per_turn"] for name, r in configs.items()}}
+    students = [n for n in configs if n.startswith("student")]
+    teachers = [n for n in configs if n.startswith("teacher") and n != PLAIN]
+    if students:
+        best = max(students, key=lambda n: configs[n]["turns_per_second"])
+        point["turns"] = configs[best]["turns"]
+        if teachers:
+            point["teacher_row"] = max(teachers, key=lambda n: configs[n]["turns_per_second"])
+            point["speedup_over_teacher"] = round(configs[best]["turns_per_second"] / configs[point["teacher_row"]]["turns_per_second"], 2)
+        if PLAIN in configs:
+            point["speedup_over_plain"] = round(configs[best]["turns_per_second"] / configs[PLAIN]["turns_per_second"], 2)
+    return point
 
 
-def comparable(point: dict) -> bool:
-    """A ratio is comparable only when every row scored every dialogue: a row's failed dialogue
-    costs time and calls but adds no turns, so its rate would be biased."""
-    return "no_speed" not in point and not point.get("failed_dialogues")
+RATIOS = ("speedup_over_teacher", "speedup_over_plain")
+
+
+def ratio_rows(key: str, rows: list[str]) -> list[str]:
+    """The rows a ratio is made of: every student row, and the teacher rows it divides by."""
+    divisors = [r for r in rows if r == PLAIN] if key == "speedup_over_plain" else [r for r in rows if r.startswith("teacher") and r != PLAIN]
+    return [r for r in rows if r.startswith("student")] + divisors
+
+
+def comparable(point: dict, key: str, rows: list[str]) -> float | None:
+    """The point's ratio when every row it is made of scored every dialogue, else None: a failed
+    dialogue costs time and calls but adds no turns, so the rate would be biased."""
+    broken = set(point.get("failed_dialogues", {})) | set(point.get("no_speed", {}))
+    return None if broken & set(ratio_rows(key, rows)) else point.get(key)
 
 
 def crossing(xs: list[float], ys: list[float | None], level: float = VERIFASTSCORE_SPEEDUP) -> dict:
@@ -126,52 +146,63 @@ def point_folder(out: Path, axis: str, x: int, settings: dict) -> Path:
 
 
 def curve(args: ScalingConfig, out: Path, measure: Callable[[dict, Path], dict]) -> dict:
-    """Each point measured by `measure(speed settings, folder)`, only its rows not measured yet or
-    with failed dialogues (tried again); the curves and their 6.6x crossings, written even when a
-    point stops the run, so the summaries always show the points measured so far."""
+    """Each point measured by `measure(speed settings, folder)`: only its rows not measured yet or
+    with failed dialogues, and the rows that replay those. The summaries are written even when a
+    point stops the run, saying so, so they never pass for a whole curve."""
     result: dict = {"model": args.speed.get("model"), "rows": args.rows, "points": {}, "crossings": {}}
     try:
         for axis, x, data in points(args):
             settings = {**args.speed, "data": data.model_dump(), "skip_plain": PLAIN not in args.rows}
             folder = point_folder(out, axis, x, settings)
             previous = folder / "speed.json"
-            speed = json.loads(previous.read_text()) if previous.exists() else {"configurations": {}}
-            again = [r for r in args.rows if r not in speed["configurations"] or speed["configurations"][r].get("failed_dialogues")]
+            kept = json.loads(previous.read_text())["configurations"] if previous.exists() else {}
+            again = [r for r in args.rows if r not in kept or kept[r].get("failed_dialogues")]
+            again += [r for r in args.rows if DEPENDS.get(r) in again and r not in again]
             point = {"x": x, "run": str(folder)}
             try:
-                if again:
-                    speed = measure({**settings, "only": again}, folder)
-                point.update(summary(speed))
-            except NothingScored as e:  # reported with its reason, and tried again on the next run
-                point["no_speed"] = str(e)
+                speed = measure({**settings, "only": again}, folder) if again else {"configurations": kept}
+            except NothingScored as e:  # the rows measured before it stay; it is tried again on the next run
+                speed = json.loads(previous.read_text()) if previous.exists() else {"configurations": {}}
+                point["no_speed"] = {e.row: str(e)}
+            point.update(summary(speed, args.rows))
             result["points"].setdefault(axis, []).append(point)
+    except BaseException as e:
+        result["stopped"] = f"{type(e).__name__}: {e}"
+        raise
     finally:
-        for axis, rows in result["points"].items():
-            xs = [r["x"] for r in rows]
-            result["crossings"][axis] = {k: crossing(xs, [r[k] if comparable(r) else None for r in rows])
-                                         for k in ("speedup_over_teacher", "speedup_over_plain")}
-        (out / "scaling.json").write_text(json.dumps(result, indent=2))
-        (out / "scaling.md").write_text(table(result))
-        if result["points"]:
-            plot(result, out / "scaling.png")
-        else:  # no point measured: no plot of another run's points
-            (out / "scaling.png").unlink(missing_ok=True)
+        try:
+            write_summaries(result, out)
+        except Exception as e:  # never hides the error that stopped the run
+            if "stopped" not in result:
+                raise
+            print(f"the summaries could not be written: {e}")
     return result
 
 
-def not_comparable(result: dict) -> list[str]:
-    """The points with no speed or with failed dialogues, each with what failed."""
-    found = []
+def write_summaries(result: dict, out: Path) -> None:
     for axis, rows in result["points"].items():
-        found += [f"{axis} {r['x']}: {_failed(r)}" for r in rows if not comparable(r)]
-    return found
+        xs = [r["x"] for r in rows]
+        result["crossings"][axis] = {k: crossing(xs, [comparable(r, k, result["rows"]) for r in rows]) for k in RATIOS}
+    (out / "scaling.json").write_text(json.dumps(result, indent=2))
+    (out / "scaling.md").write_text(table(result))
+    if result["points"]:
+        plot(result, out / "scaling.png")
+    else:  # no point measured: no plot of another run's points
+        (out / "scaling.png").unlink(missing_ok=True)
+
+
+def not_comparable(result: dict) -> list[str]:
+    """The points with a ratio that is not comparable, each with what failed."""
+    wanted = [k for k in RATIOS if k == "speedup_over_teacher" or PLAIN in result["rows"]]
+    return [f"{axis} {r['x']}: {_failed(r)}" for axis, rows in result["points"].items() for r in rows
+            if any(comparable(r, k, result["rows"]) is None for k in wanted)]
 
 
 def _failed(point: dict) -> str:
-    if "no_speed" in point:
-        return "no speed: " + " ".join(point["no_speed"].split())
-    return "; ".join(f"{name}: {f['dialogues']} dialogue{'s' * (f['dialogues'] > 1)} failed ({f['turns_scored']} turns scored)"
-                     for name, f in point["failed_dialogues"].items())
+    said = ["no speed: " + " ".join(reason.split()) for reason in point.get("no_speed", {}).values()]  # each names its row
+    said += [f"{name}: {f['dialogues']} dialogue{'s' * (f['dialogues'] > 1)} failed ({f['turns_scored']} turns scored)"
+             for name, f in point.get("failed_dialogues", {}).items()]
+    return "; ".join(said) or "none"
 
 
 def _said(c: dict) -> str:
@@ -179,23 +210,25 @@ def _said(c: dict) -> str:
 
 
 def table(result: dict) -> str:
-    lines = []
+    lines = [f"**Stopped before the end ({result['stopped']}): only the points below were measured.**"] if "stopped" in result else []
     for axis, rows in result["points"].items():
         lines += [f"\n### Speedup as {axis} grow ({result['model']})\n",
                   f"| {axis} | turns | student turns/s | teacher turns/s | plain teacher turns/s | vs teacher | vs plain teacher | failed closed |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            failed = "none" if comparable(r) else _failed(r).replace("|", "\\|")
-            if "no_speed" in r:
-                lines.append(f"| {r['x']} | - | - | - | - | - | - | {failed} |")
-                continue
-            plain = f"{r['speedup_over_plain']}x" if r["speedup_over_plain"] is not None else "-"
-            lines.append(f"| {r['x']} | {r['turns']} | {r.get('student turns/s')} | {r.get(r['teacher_row'] + ' turns/s')} | "
-                         f"{r.get(PLAIN + ' turns/s', '-')} | {r['speedup_over_teacher']}x | {plain} | {failed} |")
+            ratios = [_ratio(r, k, result["rows"]) for k in RATIOS]
+            lines.append(f"| {r['x']} | {r.get('turns', '-')} | {r.get('student turns/s', '-')} | {r.get(r.get('teacher_row', '') + ' turns/s', '-')} | "
+                         f"{r.get(PLAIN + ' turns/s', '-')} | {ratios[0]} | {ratios[1]} | {_failed(r).replace('|', chr(92) + '|')} |")
         cross = result["crossings"].get(axis, {})
         lines.append(f"\n{VERIFASTSCORE_SPEEDUP}x, as {axis} grow: over the teacher, {_said(cross['speedup_over_teacher'])}; "
                      f"over the plain teacher, {_said(cross['speedup_over_plain'])}.")
     return "\n".join(lines).strip() + "\n"
+
+
+def _ratio(point: dict, key: str, rows: list[str]) -> str:
+    if point.get(key) is None:
+        return "-"
+    return f"{point[key]}x" if comparable(point, key, rows) is not None else f"({point[key]}x, not comparable)"
 
 
 def plot(result: dict, path: Path) -> None:
@@ -207,17 +240,18 @@ def plot(result: dict, path: Path) -> None:
     axes_data = list(result["points"].items())
     fig, axes = plt.subplots(1, len(axes_data), figsize=(5.5 * len(axes_data), 4), squeeze=False)
     for ax, (axis, rows) in zip(axes[0], axes_data):
-        kept = [r for r in rows if comparable(r)]
-        xs = [r["x"] for r in kept]
-        ax.plot(xs, [r["speedup_over_teacher"] for r in kept], "o-", label="vs teacher (prefix cache)")
-        if any(r["speedup_over_plain"] for r in kept):
-            ax.plot(xs, [r["speedup_over_plain"] for r in kept], "s--", label="vs plain teacher (no prefix cache)")
-        partial = [r for r in rows if "no_speed" not in r and not comparable(r)]
+        for key, style, label in (("speedup_over_teacher", "o-", "vs teacher (prefix cache)"),
+                                  ("speedup_over_plain", "s--", "vs plain teacher (no prefix cache)")):
+            kept = [(r["x"], comparable(r, key, result["rows"])) for r in rows]
+            kept = [(x, y) for x, y in kept if y is not None]
+            if kept:
+                ax.plot(*zip(*kept), style, label=label)
+        partial = [r for r in rows if r.get("speedup_over_teacher") is not None and comparable(r, "speedup_over_teacher", result["rows"]) is None]
         if partial:
             ax.plot([r["x"] for r in partial], [r["speedup_over_teacher"] for r in partial], "o", markerfacecolor="none",
                     color="grey", label="vs teacher, a row failed dialogues (not comparable)")
         for i, r in enumerate(r for r in rows if "no_speed" in r):
-            ax.axvline(r["x"], color="red", linestyle=":", label="no speed: every dialogue failed closed" if i == 0 else None)
+            ax.axvline(r["x"], color="red", linestyle=":", label="a row with no speed: every dialogue failed closed" if i == 0 else None)
         ax.axhline(VERIFASTSCORE_SPEEDUP, color="grey", linestyle=":", label=f"VeriFastScore {VERIFASTSCORE_SPEEDUP}x")
         ax.axhline(1, color="black", linewidth=0.5)
         ax.set_xlabel(axis)

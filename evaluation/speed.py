@@ -84,6 +84,16 @@ def forget_prefixes(backend, server: str | None = None) -> None:
 class NothingScored(RuntimeError):
     """A row whose every dialogue failed closed: it has no speed, and its failures say why."""
 
+    def __init__(self, row: str, message: str):
+        super().__init__(message)
+        self.row = row
+
+
+def failed_rows(configs: dict) -> dict[str, int]:
+    """The rows that failed dialogues closed. Their rates count only the turns they scored, while
+    the failed dialogues cost time and calls, so no ratio with such a row is a fair comparison."""
+    return {name: row["failed_dialogues"] for name, row in configs.items() if row.get("failed_dialogues")}
+
 
 def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "waves", server: str | None = None) -> dict:
     path = out / f"{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.jsonl"
@@ -97,7 +107,7 @@ def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "
     wall = time.perf_counter() - start
     turns = [t for d in read_scored(path) for t in d.turns] if path.exists() else []
     if not turns:
-        raise NothingScored(f"{name}: no dialogue was scored ({len(stats.failed)} failed, e.g. {stats.failed[:1]}; all in {failures}); no speed to report")
+        raise NothingScored(name, f"{name}: no dialogue was scored ({len(stats.failed)} failed, e.g. {stats.failed[:1]}; all in {failures}); no speed to report")
     result = {
         "turns": len(turns),
         "wall_seconds": round(wall, 2),
@@ -183,6 +193,10 @@ def table(result: dict) -> str:
                          f"({r['speculation']['acceptance_rate']}); {same}.")
         if "note" in r:
             notes.append(f"{name}: {r['note']}.")
+    for name, failed in result.get("rows_with_failed_dialogues", {}).items():
+        where = result["configurations"][name].get("failures", "the row's .failed.jsonl")
+        notes.append(f"**Not comparable: {name} failed {failed} dialogue(s) closed** (its rate counts only the turns it scored; "
+                     f"reasons in {where}); the same command with --only '{name}' measures it again.")
     return "\n".join(rows + notes)
 
 
@@ -283,10 +297,19 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
             raise ValueError(f"{previous} was measured on other settings, weights or dialogues: write to another folder, "
                              "or run every row again (without --only)")
         configs = before["configurations"]
+    def answers_ready(row: str) -> bool:
+        """Whether `row`'s answers will exist when a row that replays them runs: measured in this
+        run, or kept with its results file, and not dropped by its own base measured again."""
+        if row in args.only:
+            return True
+        kept = Path(configs.get(row, {}).get("results", "")).is_file()
+        return kept and DEPENDS.get(row) not in args.only
+
     for name in args.only:  # before any engine starts
         base = DEPENDS.get(name)
-        if base and base not in args.only and "results" not in configs.get(base, {}):
-            raise ValueError(f"the row {name!r} replays or repeats the answers of {base!r}, which {previous} lacks: add it to --only")
+        if base and not answers_ready(base):
+            raise ValueError(f"the row {name!r} replays or repeats the answers of {base!r}, which {previous} lacks "
+                             "(or this run measures again what it replays): add it to --only")
     own_engines = engines is None
     engines = {} if own_engines else engines
 
@@ -403,6 +426,8 @@ def save(args: SpeedConfig, settings: dict, out: Path, dialogues: int, configs: 
                       speedup=round(students[best]["turns_per_second"] / teachers[strongest]["turns_per_second"], 2), best_student=best)
         if "teacher, no prefix cache" in configs:
             result["speedup_over_plain_teacher"] = round(students[best]["turns_per_second"] / configs["teacher, no prefix cache"]["turns_per_second"], 2)
+    if failed_rows(configs):
+        result["rows_with_failed_dialogues"] = failed_rows(configs)
     write_json(out / "speed.json", result)
     if "speedup" in result:
         (out / "speed.md").write_text(table(result) + "\n")

@@ -539,15 +539,21 @@ def eval_speed(
     set_: List[str] = typer.Option([], "--set", help="Override any config key, e.g. --set model=runs/student/x/merged --set data.input=FILE."),
 ):
     """Speed: the multi-call teacher against the single-pass student on the same engine, weights,
-    machine and dialogues; calls, tokens, turns/s and the ratios, in one run."""
+    machine and dialogues; calls, tokens, turns/s and the ratios, in one run. Exits 3 when a row
+    failed dialogues closed (its ratio is not comparable; ROW.failed.jsonl says why)."""
     from fastvista.evaluation.speed import SpeedConfig, main
     from fastvista.config import load_config
 
     try:
         tree = load_config(str(config), set_ + ([f"only={json.dumps(only)}"] if only else []))
-        main(SpeedConfig.model_validate(tree), out)
+        result = main(SpeedConfig.model_validate(tree), out)
     except RUN_ERRORS as e:
         fail(str(e))
+    failed = result.get("rows_with_failed_dialogues")
+    if failed:
+        typer.secho(f"error: rows failed dialogues closed, so their ratios are not comparable: {failed}; reasons in {out}/ROW.failed.jsonl. "
+                    "Fix the cause and run again with --only and those rows.", fg=typer.colors.RED, err=True)
+        raise typer.Exit(3)
 
 
 @eval_app.command("live-latency")

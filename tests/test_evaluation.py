@@ -404,8 +404,10 @@ def test_a_speed_row_keeps_each_failed_dialogue_with_its_reason_and_one_that_sco
     garbled = museum_dialogue(2)
     garbled.turns[1].text = "The GARBLE is loud."
     write_jsonl(Path(cfg.data.input), [museum_dialogue(0), museum_dialogue(1), garbled])
-    row = speed.main(cfg, tmp_path / "out")["configurations"]["teacher"]
-    assert row["failed_dialogues"] == 1 and row["turns"] == 6
+    result = speed.main(cfg, tmp_path / "out")
+    row = result["configurations"]["teacher"]
+    assert row["failed_dialogues"] == 1 and row["turns"] == 6 and result["rows_with_failed_dialogues"] == {"teacher": 1}
+    assert "Not comparable: teacher failed 1 dialogue(s) closed" in (tmp_path / "out" / "speed.md").read_text()
     [failure] = read_jsonl(Path(row["failures"]))
     assert failure["id"] == "d2" and "I cannot say" in failure["reason"]
     write_jsonl(Path(cfg.data.input), [garbled])
@@ -435,3 +437,13 @@ def test_a_row_measured_again_that_fails_leaves_no_figure_of_its_earlier_run(tmp
     assert not (tmp_path / "out" / "speed.md").exists()
     reasons = [json.loads(line)["reason"] for line in (tmp_path / "out" / "teacher.failed.jsonl").read_text().splitlines()]
     assert len(reasons) == 3 and all("server down" in r for r in reasons)
+
+
+def test_a_row_that_replays_answers_whose_file_is_gone_is_refused_before_any_engine_starts(tmp_path, monkeypatch):
+    speed, started, cfg = _speed_setup(tmp_path, monkeypatch, only=["teacher", "student"])
+    first = speed.main(cfg, tmp_path / "out")
+    Path(first["configurations"]["student"]["results"]).unlink()
+    del started[:]
+    with pytest.raises(ValueError, match="replays or repeats the answers of 'student'"):
+        speed.main(cfg.model_copy(update={"only": [speed_rows()[0]]}), tmp_path / "out")
+    assert started == []

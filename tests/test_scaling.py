@@ -147,7 +147,7 @@ def test_points_without_a_comparable_ratio_are_reported_left_out_of_the_crossing
         x = settings["data"]["input"].split("_")[-1].split(".")[0]
         if x == "2000":
             calls.append(settings)
-            raise NothingScored("teacher: no dialogue was scored (3 failed, e.g. [{'reason': 'no label | twice'}])")
+            raise NothingScored("teacher", "teacher: no dialogue was scored (3 failed, e.g. [{'reason': 'no label | twice'}])")
         speed = measure(settings, folder)
         if partial.pop(x, None):  # the teacher failed one dialogue closed on the first run only
             speed["configurations"]["teacher"].update(turns=8, failed_dialogues=1)
@@ -159,17 +159,41 @@ def test_points_without_a_comparable_ratio_are_reported_left_out_of_the_crossing
     assert run.exit_code == 3 and "reference tokens 1000: teacher: 1 dialogue failed (8 turns scored)" in run.output
     assert "reference tokens 2000: no speed: teacher: no dialogue was scored" in run.output
     result = json.loads((tmp_path / "out" / "scaling.json").read_text())
-    # 6.6x lies between 100 (1.5x) and 4,000 (9.0x), but the points between have no comparable ratio
+    # 6.6x over the teacher lies between 100 (1.5x) and 4,000 (9.0x), across points with no comparable ratio;
+    # over the plain teacher the 1,000 point compares (its plain teacher and student scored all): 3.0x -> 8.0x
     assert result["crossings"]["reference tokens"]["speedup_over_teacher"]["note"].startswith("rises above it between 100 and 4000")
+    assert result["crossings"]["reference tokens"]["speedup_over_plain"]["at"] == round(100 + (6.6 - 3.0) / (8.0 - 3.0) * 900, 1)
     rows = {line.split(" | ")[0]: line for line in (tmp_path / "out" / "scaling.md").read_text().splitlines() if line.startswith("| ")}
+    assert "| (4.0x, not comparable) | 8.0x |" in rows["| 1000"]
     assert rows["| 2000"].count(" | ") == 7 and "no label \\| twice" in rows["| 2000"] and rows["| 4000"].endswith("| none |")
     # a rerun measures the failed rows only: the teacher at 1,000 (it now scores all) and the point at 2,000
     del calls[:]
     run = CliRunner().invoke(app, ["eval", "scaling", "-c", str(cfg), "-o", str(tmp_path / "out")])
     assert [(c["data"]["input"], c["only"]) for c in calls] == [(str(files[1000]), ["teacher"]), (str(files[2000]), ["teacher", "teacher, no prefix cache", "student"])]
-    assert run.exit_code == 3 and "reference tokens 1000:" not in run.output and "reference tokens 2000: no speed" in run.output
+    assert run.exit_code == 3 and "reference tokens 1000:" not in run.output and "reference tokens 2000: no speed: teacher" in run.output
     # any other error stops the run, and the summaries show the points measured before it
     monkeypatch.setattr("fastvista.evaluation.speed.main", lambda settings, folder, engines: (_ for _ in ()).throw(OSError("disk full")))
     run = CliRunner().invoke(app, ["eval", "scaling", "-c", str(cfg), "-o", str(tmp_path / "other"), "--set", "speed.model=other"])
     assert run.exit_code == 2 and "disk full" in run.output
-    assert json.loads((tmp_path / "other" / "scaling.json").read_text())["points"] == {}
+    stopped = json.loads((tmp_path / "other" / "scaling.json").read_text())
+    assert stopped["points"] == {} and stopped["stopped"] == "OSError: disk full"
+    assert (tmp_path / "other" / "scaling.md").read_text().startswith("**Stopped before the end (OSError: disk full)")
+
+
+def test_a_row_that_replays_a_row_measured_again_is_measured_again_too(tmp_path):
+    """Measuring the student row again drops the rows that replay its answers (speed.py): the
+    curve measures them in the same run, so no configured row goes missing unnoticed."""
+    from fastvista.evaluation.scaling_curve import ScalingConfig, curve
+    from fastvista.evaluation.speed import PREFILL
+
+    (tmp_path / "ref_100.jsonl").write_text("")
+    cfg = ScalingConfig(speed={"model": "student"}, references={100: str(tmp_path / "ref_100.jsonl")}, rows=["teacher", "student", PREFILL])
+    measure, calls = fake_speed({100: 2.0})
+    curve(cfg, tmp_path / "out", measure)
+    [folder] = (tmp_path / "out" / "reference").iterdir()
+    speed = json.loads((folder / "speed.json").read_text())
+    speed["configurations"]["student"]["failed_dialogues"] = 1
+    (folder / "speed.json").write_text(json.dumps(speed))
+    del calls[:]
+    curve(cfg, tmp_path / "out", measure)
+    assert [c["only"] for c in calls] == [["student", PREFILL]]
