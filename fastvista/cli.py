@@ -159,7 +159,7 @@ def eval_cross_turn(
     scored: List[str] = typer.Argument(..., help="A scorer's results on the probe of `fastvista data cross-turn-probe`; "
                                        "several as NAME=RESULTS for a table of scorers side by side."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here instead of printing it "
-                                       "(with several scorers: a report per name here, the table printed)."),
+                                       "(with several scorers: every scorer's report in this one file, and the table printed)."),
 ):
     """Per probe type, how often the scorer flags the probe turn, and the labels it gives. With
     several scorers (NAME=RESULTS ...), a table side by side."""
