@@ -140,8 +140,8 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
 
     _, trained = shipped_student
     record = {"train_file": "runs/corpus_split/train.jsonl", "data_sha256": "ab" * 32, "examples": {"train": 2400, "eval": 300},
-              "format": {"history_turns": 4}, "config": {"training": {"num_train_epochs": 2, "learning_rate": 5e-4}, "model": {"lora_r": 2}},
-              "final_eval_loss": None}
+              "format": {"history_turns": 4}, "config": {"training": {"num_train_epochs": 2, "learning_rate": 5e-4, "bf16": False}, "model": {"lora_r": 2}},
+              "final_eval_loss": None, "precision": {"mixed_precision": "no", "dtype": "float32", "note": "trained in float32: ..."}}
     (trained / "training_record.json").write_text(json.dumps(record))
     agreement = {"turns": {"usable": 320}, "hallucinated_decision": {"agreement": 0.83, "kappa": 0.51},
                  "turn_score": {"pearson": 0.7, "pearson_ci95": [0.62, 0.77]}, "claims": {"recall": 0.72, "labels_on_aligned": {"accuracy": 0.69}}}
@@ -157,6 +157,7 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
     folder, sha = ship(trained, "tiny-shipped", "tinybase", agreement, tmp_path / "students")
     card = (folder / "README.md").read_text()
     assert card.startswith("---\nbase_model: tinybase\nlibrary_name: peft\n") and "ab" * 32 in card
+    assert "trained_in:\n  mixed_precision: 'no'\n  dtype: float32" in card  # what it trained in, not only the config's bf16
     assert "| hallucination-decision agreement | 0.83 | ≥ 0.8 | yes |" in card and "| Cohen's kappa | 0.51 | ≥ 0.55 | no |" in card
     assert "| turn-score Pearson | 0.7 [0.62, 0.77] | ≥ 0.65 | yes |" in card and "| label accuracy on aligned claims | 0.69 | ≥ 0.7 | no |" in card
     assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "tinybase"

@@ -128,6 +128,26 @@ def test_only_completion_tokens_carry_loss(tiny_model, train_file):
     assert tokenizer.decode(completion).startswith(example["completion"][0]["content"])
 
 
+def test_a_bf16_config_trains_in_what_this_cpu_computes_natively_and_records_it(tmp_path, tiny_model, train_file):
+    from fastvista.precision import native_cpu_bf16
+
+    out = tmp_path / "out"
+    config = write_config(tmp_path / "sft.yaml", tiny_model, train_file, out, dtype="bfloat16", bf16=True, max_steps=2,
+                          eval_strategy="no", save_strategy="no")
+    done = launch(config)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((out / "training_record.json").read_text())
+    native = native_cpu_bf16()
+    # what the Accelerator autocast to and what the weights were loaded in
+    assert record["precision"]["mixed_precision"] == ("bf16" if native else "no") and record["config"]["training"]["bf16"] is native
+    assert record["precision"]["dtype"] == ("bfloat16" if native else "float32")
+    assert (record["precision"]["note"] is None) is native
+    assert json.loads((out / "precision.json").read_text())[0]["mixed_precision"] == record["precision"]["mixed_precision"]
+    refused = launch(config, "--bf16_fallback", "fail")
+    assert (refused.returncode == 0) is native
+    assert native or "--bf16 false --dtype float32" in refused.stderr
+
+
 def test_too_long_examples_can_be_refused(tmp_path, tiny_model, train_file):
     config = write_config(tmp_path / "sft.yaml", tiny_model, train_file, tmp_path / "out", max_length=50, too_long="fail")
     done = launch(config)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +36,9 @@ class StudentArguments:
     label_weight: float = field(default=1.0, metadata={
         "help": "Loss weight of the one token that decides each claim's label (the first after ' | '), against 1 for every "
                 "other answer token: the plain loss teaches claims long before labels (train/label_weight.py)."})
+    bf16_fallback: str = field(default="float32", metadata={"choices": ["float32", "keep", "fail"],
+        "help": "A CPU run that asks for bf16 on a CPU without native bf16 (avx512_bf16 or AMX), where bf16 trains ~11x slower: "
+                "'float32' trains in float32 and records it, 'keep' trains in bf16 anyway, 'fail' refuses (train/precision.py)."})
     snapshot_examples: list[int] = field(default_factory=list, metadata={
         "help": "Also save the adapter in OUTPUT/snapshots/turns_N, and validate, once training has seen the first N examples of "
                 "train_file (in file order: needs train_sampling_strategy sequential and an eval_file): a learning curve from one run."})
@@ -146,7 +150,8 @@ def snapshot_saver(trainer, steps: dict[int, int], out: Path, fmt, tokenizer, re
     return SnapshotSaver()
 
 
-def run_record(student_args: StudentArguments, training_args, model_args, fmt, train: list, held_out: list, length_reports: dict) -> dict:
+def run_record(student_args: StudentArguments, training_args, model_args, fmt, train: list, held_out: list, length_reports: dict,
+               precision: dict) -> dict:
     """What a trained adapter was trained on and how: the part of its record a snapshot shares."""
     from fastvista.train.data import file_hash
 
@@ -158,7 +163,45 @@ def run_record(student_args: StudentArguments, training_args, model_args, fmt, t
         "examples": {"train": len(train), "eval": len(held_out), "dialogues_eval": len({e["dialogue_id"] for e in held_out})},
         "length": length_reports,
         "config": {"student": asdict(student_args), "model": asdict(model_args), "training": training_args.to_dict()},
+        "precision": precision,
     }
+
+
+def choose_precision(student_args: StudentArguments, training_args, model_args, base: str) -> str | None:
+    """Set the run's mixed precision and weights dtype for this machine (train/precision.py) before
+    anything is built; the note says what changed."""
+    from transformers import AutoConfig
+
+    from fastvista.precision import native_cpu_bf16
+    from fastvista.train.precision import cpu_precision
+
+    asked = model_args.dtype
+    if asked in (None, "auto"):  # the checkpoint's own dtype, as from_pretrained would load it
+        asked = str(AutoConfig.from_pretrained(base).dtype or "float32").removeprefix("torch.")
+    on_cpu = training_args.use_cpu or training_args.device.type == "cpu"
+    mixed, dtype, note = cpu_precision(training_args.mixed_precision, asked, on_cpu, native_cpu_bf16(), student_args.bf16_fallback)
+    if note and (mixed, dtype) != (training_args.mixed_precision, asked):
+        training_args.mixed_precision, training_args.bf16, model_args.dtype = mixed, mixed == "bf16", dtype  # the Accelerator reads mixed_precision
+    if note:
+        print(note, file=sys.stderr, flush=True)
+    return note
+
+
+def precision_chunks(out: Path, checkpoint: str | None, current: dict, write: bool) -> tuple[list[dict], str | None]:
+    """The precision of each chunk of this run (OUTPUT/precision.json): a resumed run appends to its
+    chunks, a fresh one starts them again; the note says when a resume changed precision."""
+    from fastvista.train.precision import resumed_precision
+
+    path = out / "precision.json"
+    previous = json.loads(path.read_text()) if checkpoint and path.exists() else []
+    chunks = [*previous, {**current, "resumed_from": checkpoint}]
+    if write:  # the main process only
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(chunks, indent=2))
+    note = resumed_precision(previous, current)
+    if note:
+        print(note, file=sys.stderr, flush=True)
+    return chunks, note
 
 
 def main(student_args: StudentArguments, training_args, model_args) -> dict:
@@ -169,10 +212,12 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
 
     from fastvista.contract import write_format
     from fastvista.models import resolve_model
+    from fastvista.precision import native_cpu_bf16
     from fastvista.train.report import parse_rate, plot_losses, steady_tokens_per_s
 
     started = time.perf_counter()
     base = resolve_model(model_args.model_name_or_path)
+    precision_note = choose_precision(student_args, training_args, model_args, base)
     tokenizer = AutoTokenizer.from_pretrained(base)
     if training_args.max_length is None:
         raise ValueError("set max_length: examples longer than it are counted and dropped, never truncated")
@@ -201,6 +246,14 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     )
     timer = step_timer()
     trainer.add_callback(timer)
+    checkpoint = get_last_checkpoint(training_args.output_dir) if student_args.resume and os.path.isdir(training_args.output_dir) else None
+    if student_args.resume and checkpoint is None:
+        trainer.accelerator.print(f"--resume: no checkpoint in {training_args.output_dir}, starting fresh")
+    # what the Accelerator and the loaded weights actually use, not only what was asked
+    current = {"mixed_precision": trainer.accelerator.mixed_precision, "dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
+               "native_cpu_bf16": native_cpu_bf16(), "note": precision_note}
+    chunks, resume_note = precision_chunks(Path(training_args.output_dir), checkpoint, current, trainer.accelerator.is_main_process)
+    precision = {**current, "resume_note": resume_note, "chunks": chunks}
     if student_args.snapshot_examples:
         if training_args.train_sampling_strategy != "sequential" or not student_args.eval_file:
             raise ValueError("snapshot_examples needs train_sampling_strategy: sequential (the first N examples are those seen "
@@ -211,10 +264,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
         steps = snapshot_steps([e["id"] for e in read_examples(student_args.train_file)], set(length_reports["train"]["too_long_ids"]),
                                student_args.snapshot_examples, batch)
         trainer.add_callback(snapshot_saver(trainer, steps, Path(training_args.output_dir), fmt, tokenizer,
-                                            run_record(student_args, training_args, model_args, fmt, train, held_out, length_reports)))
-    checkpoint = get_last_checkpoint(training_args.output_dir) if student_args.resume and os.path.isdir(training_args.output_dir) else None
-    if student_args.resume and checkpoint is None:
-        trainer.accelerator.print(f"--resume: no checkpoint in {training_args.output_dir}, starting fresh")
+                                            run_record(student_args, training_args, model_args, fmt, train, held_out, length_reports, precision)))
     result = trainer.train(resume_from_checkpoint=checkpoint)
     eval_metrics = trainer.evaluate() if eval_ds is not None else {}
     out = Path(training_args.output_dir)
@@ -227,7 +277,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
         # the last count, not the largest: a resumed run counts again from 0 (and times only itself)
         tokens = next((h["num_tokens"] for h in reversed(history) if "num_tokens" in h), 0)
         record = {
-            **run_record(student_args, training_args, model_args, fmt, train, held_out, length_reports),
+            **run_record(student_args, training_args, model_args, fmt, train, held_out, length_reports, precision),
             "loss": [{"step": h["step"], "loss": h["loss"]} for h in history if "loss" in h],
             # by step: the last evaluation and the closing one can fall on the same step
             "eval_loss": [{"step": k, "eval_loss": v} for k, v in {h["step"]: h["eval_loss"] for h in history if "eval_loss" in h}.items()],

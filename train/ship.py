@@ -63,6 +63,8 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
                                              "gradient_accumulation_steps", "max_length", "bf16") if k in training}
     model = record.get("config", {}).get("model", {})
     settings.update({k: model.get(k) for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules") if k in model})
+    if record.get("precision"):  # what it trained in, which can differ from the config's bf16 on a CPU (train/precision.py)
+        settings["trained_in"] = {k: record["precision"].get(k) for k in ("mixed_precision", "dtype")}
     fmt = record.get("format", {})
     turns = agreement.get("turns", {}).get("usable")
     snapshot = record.get("snapshot")

