@@ -35,7 +35,7 @@ from fastvista.models import resolve_model
 from fastvista.schema import Dialogue
 from fastvista.infer.live import DialogueState, LiveScorer, LiveTeacher
 from fastvista.infer.run import check_student_format
-from fastvista.infer.serve import reset_prefix_cache, running, serve_command
+from fastvista.infer.serve import reset_prefix_cache, running, serve_command, served_dtype
 from fastvista.infer.student import StudentConfig
 from fastvista.synth.pipeline import TeacherConfig
 
@@ -54,7 +54,8 @@ class LiveLatencyConfig(BaseModel):
     scorers: list[Scorer] = Field(default_factory=lambda: ["student", "teacher"])
     max_model_len: int = 4096
     kv_cache_gb: float = 4.0
-    dtype: str = "bfloat16"
+    dtype: str = "bfloat16"  # float32 on a CPU without native bf16 unless keep_bf16_on_cpu (fastvista/precision.py)
+    keep_bf16_on_cpu: bool = False
     port: int = 8013
     timeout: float = 600  # seconds one call may take before it is an error (never retried)
 
@@ -160,12 +161,13 @@ def main(args: LiveLatencyConfig, out: Path) -> dict:
         raise ValueError(f"sessions: {max(args.sessions)} at once need as many dialogues; {args.data.input} selects {len(dialogues)}")
     setups = {name: scorer_setup(name, args) for name in args.scorers}  # every setting checked before any server starts
     out.mkdir(parents=True, exist_ok=True)
-    result = {"engine": f"vllm serve ({args.dtype}, {args.kv_cache_gb} GiB KV cache)", "dialogues": len(dialogues),
+    dtypes = {name: served_dtype(model, args.dtype, args.keep_bf16_on_cpu) for name, (model, _) in setups.items()}
+    result = {"engine": f"vllm serve ({', '.join(sorted(set(dtypes.values())))}, {args.kv_cache_gb} GiB KV cache)", "dialogues": len(dialogues),
               "dialogues_without_scored_turn": len(selected) - len(dialogues),
               "scored_turns": sum(len(d.scored_indices()) for d in dialogues), "settings": args.model_dump(), "scorers": {}}
     url = f"http://127.0.0.1:{args.port}/v1"
     for name, (model, make_scorer) in setups.items():
-        cmd = serve_command(model, {}, port=args.port, max_model_len=args.max_model_len, dtype=args.dtype,
+        cmd = serve_command(model, {}, port=args.port, max_model_len=args.max_model_len, dtype=dtypes[name],
                             kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30))
         with running(cmd, url, out / f"server_{name}.log", benchmark=True):
             backend = make_backend(BackendConfig(kind="openai", model=model, base_url=url, concurrency=256, timeout=args.timeout,

@@ -67,7 +67,7 @@ from fastvista.scoring import scored_dialogue
 from fastvista.single_pass import render_messages, student_messages
 from fastvista.evaluation.prefix_reuse import LAYOUTS, user_message
 from fastvista.window_pass import render_window_target, window_messages, windows
-from fastvista.infer.serve import reset_prefix_cache, running, serve_command
+from fastvista.infer.serve import reset_prefix_cache, running, serve_command, served_dtype
 from fastvista.infer.run import check_student_format
 from fastvista.infer.student import StudentConfig, check_answer_budget, score_dialogue
 from fastvista.synth.pipeline import TeacherConfig, label_dialogue
@@ -201,7 +201,7 @@ def table(result: dict) -> str:
 
 
 def engine(model: str, args, **changes):
-    return make_backend(BackendConfig(kind="vllm", model=model, dtype=args.dtype, max_model_len=args.max_model_len,
+    return make_backend(BackendConfig(kind="vllm", model=model, dtype=args.dtype, keep_bf16_on_cpu=args.keep_bf16_on_cpu, max_model_len=args.max_model_len,
                                       kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30), **changes))
 
 
@@ -224,7 +224,8 @@ class SpeedConfig(BaseModel):
     speculative_tokens: int = 4  # draft tokens per step of n-gram speculation (0: skip those rows)
     max_model_len: int = 4096
     kv_cache_gb: float = 1.5
-    dtype: str = "bfloat16"
+    dtype: str = "bfloat16"  # float32 on a CPU without native bf16 unless keep_bf16_on_cpu (fastvista/precision.py)
+    keep_bf16_on_cpu: bool = False
     skip_plain: bool = False  # skip the teacher without prefix caching (the slowest row)
     only: list[str] = Field(default_factory=list)  # run only these rows; the others are kept from OUT/speed.json
     served: bool = False  # also run teacher and student behind `vllm serve` (same weights and settings)
@@ -266,8 +267,17 @@ def run_settings(args: SpeedConfig) -> dict:
     unused = {"window_max_tokens", "window_max_claims"} if not args.window_model or args.window_forced else set()
     return {**args.model_dump(exclude={"only", "served", "port", "concurrency", "skip_plain", "data", *unused}), "data": args.data.model_dump(),
             "teacher": load_config(args.teacher_config, []).get("teacher", {}),
+            **computed_dtype(args),
             "input_sha256": content_sha256(args.data.input) if Path(args.data.input).exists() else None,
             "weights_sha256": {k: model_sha256(m) for k, m in models.items() if m}}
+
+
+def computed_dtype(args: SpeedConfig) -> dict:
+    """The dtype this machine computes in, when it is not the one asked (bf16 on a CPU without native
+    bf16, fastvista/precision.py): rows computed in bf16 elsewhere never mix with these. Absent
+    otherwise, so the settings of earlier runs stay as they were."""
+    computed = served_dtype(args.model, args.dtype, args.keep_bf16_on_cpu)
+    return {"computed_dtype": computed} if computed != args.dtype else {}
 
 
 def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
@@ -391,7 +401,8 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
     served_rows = [(f"{who}, served, {schedule}", machines[who], schedule) for who in ("teacher", "student") for schedule in SCHEDULES]
     if args.served and any(wanted(name) for name, _, _ in served_rows):
         url = f"http://127.0.0.1:{args.port}/v1"
-        cmd = serve_command(resolve_model(args.model), {}, port=args.port, max_model_len=args.max_model_len, dtype=args.dtype,
+        cmd = serve_command(resolve_model(args.model), {}, port=args.port, max_model_len=args.max_model_len,
+                            dtype=served_dtype(args.model, args.dtype, args.keep_bf16_on_cpu),
                             kv_cache_memory_bytes=int(args.kv_cache_gb * 2**30))  # the in-process rows' settings
         release()
         with running(cmd, url, out / "server.log", benchmark=True):
@@ -411,7 +422,7 @@ def save(args: SpeedConfig, settings: dict, out: Path, dialogues: int, configs: 
     """speed.json and speed.md as the rows measured so far make them: the ratios once a teacher
     and a student row exist, the rows alone before (so `--only` can add the rest)."""
     result = {
-        "engine": f"vllm ({args.dtype}) on {args.model}" + (f" and {args.window_model}" if args.window_model else "")
+        "engine": f"vllm ({settings.get('computed_dtype', args.dtype)}) on {args.model}" + (f" and {args.window_model}" if args.window_model else "")
                   + (f"; the teacher on {args.teacher_model}" if args.teacher_model else ""),
         "dialogues": dialogues,
         "settings": settings,

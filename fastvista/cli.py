@@ -844,7 +844,9 @@ def serve(
     kv_cache_bytes: Optional[int] = typer.Option(None, help="KV cache in bytes (on a CPU always set: default 2 GiB, checked against free memory)."),
     max_lora_rank: int = typer.Option(64),
     tensor_parallel_size: int = typer.Option(1, help="GPUs to split the model over."),
-    dtype: str = typer.Option("auto"),
+    dtype: str = typer.Option("auto", help="auto, bfloat16, float16, float32. On a CPU without native bf16 (avx512_bf16 or AMX), "
+                                           "half precision and auto compute in float32: emulated, they are many times slower."),
+    keep_bf16_on_cpu: bool = typer.Option(False, help="Keep --dtype on a CPU without native bf16 anyway."),
     ngram_speculation: int = typer.Option(0, help="Prompt-lookup (n-gram) speculative decoding: draft tokens a step (0: off)."),
     allow_runtime_lora: bool = typer.Option(False, help="Let clients load adapters at run time (off: only the adapters named here)."),
     log: Path = typer.Option(Path("runs/serve.log"), help="Where the server's output goes."),
@@ -860,7 +862,7 @@ def serve(
     from fastvista.contract import read_format
     from fastvista.llm import ConfigError
     from fastvista.models import ModelError, resolve_model
-    from fastvista.infer.serve import cpu_kv_bytes, exposed_without_key, running, serve_command
+    from fastvista.infer.serve import cpu_kv_bytes, exposed_without_key, running, serve_command, served_dtype
 
     if exposed_without_key(host, api_key):
         typer.secho(f"warning: serving on {host} without --api-key: anyone who can reach this machine can use the model",
@@ -874,8 +876,11 @@ def serve(
         speculative = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": ngram_speculation,
                                                              "prompt_lookup_max": 4})] if ngram_speculation else []
         path = resolve_model(model)
+        computed = served_dtype(str(path), dtype, keep_bf16_on_cpu)
+        if computed != dtype:
+            typer.secho(f"computing in {computed}, not {dtype}: this CPU has no native bf16 (--keep-bf16-on-cpu keeps it)", err=True)
         cmd = serve_command(path, adapters, host, port, max_model_len, gpu_memory_utilization,
-                            max_lora_rank, tensor_parallel_size, dtype, cpu_kv_bytes(path, kv_cache_bytes), extra=speculative)
+                            max_lora_rank, tensor_parallel_size, computed, cpu_kv_bytes(str(path), kv_cache_bytes, computed), extra=speculative)
     except (ValueError, ModelError, ConfigError) as e:
         fail(str(e))
     typer.echo(" ".join(cmd))  # the key travels in the environment, never on the command line

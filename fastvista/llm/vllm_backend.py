@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fastvista.llm import BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob, compute_dtype
 from fastvista.models import resolve_model
-from fastvista.precision import checkpoint_dtype
+from fastvista.precision import weight_scale
 
 GiB = 1 << 30
 CPU_KV_CACHE_BYTES = 2 * GiB  # default KV cache on a CPU: ~150k tokens of a 1.5B model
@@ -32,12 +32,12 @@ def on_cpu() -> bool:
 
 
 def cpu_memory_plan(kv_cache_bytes: int | None, model_path: str, available: int, setting: str = "backend.kv_cache_memory_bytes",
-                    weight_scale: float = 1) -> int:
+                    weight_factor: float = 1) -> int:
     """The KV-cache bytes for a CPU engine, or ConfigError naming the setting when the weights,
     the engine's own working memory and the cache would not fit in `available` bytes."""
     kv = kv_cache_bytes or CPU_KV_CACHE_BYTES
     folder = Path(model_path)
-    weights = weight_scale * sum(p.stat().st_size for p in folder.glob("*.safetensors")) if folder.is_dir() else 0
+    weights = weight_factor * sum(p.stat().st_size for p in folder.glob("*.safetensors")) if folder.is_dir() else 0
     need = weights + CPU_ENGINE_OVERHEAD_BYTES + kv
     if need > available:
         raise ConfigError(
@@ -73,8 +73,8 @@ class VLLMBackend:
                   "(backend.keep_bf16_on_cpu keeps bf16)", file=sys.stderr, flush=True)
         if self.cpu:
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-            widened = dtype == "float32" and checkpoint_dtype(path) in ("bfloat16", "float16")  # weights take twice their file size
-            kv_bytes = cpu_memory_plan(config.kv_cache_memory_bytes, path, psutil.virtual_memory().available, weight_scale=2 if widened else 1)
+            kv_bytes = cpu_memory_plan(config.kv_cache_memory_bytes, path, psutil.virtual_memory().available,
+                                       weight_factor=weight_scale(path, dtype))
         kwargs = dict(
             model=str(path),
             dtype=dtype,
