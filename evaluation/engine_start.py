@@ -33,24 +33,27 @@ def workload(path: str) -> list:
 
 
 def child(mode: str, model: str, path: str, kv_bytes: int) -> dict:
-    """One fresh engine: seconds to build it, then to answer the workload."""
-    from fastvista.llm import BackendConfig, make_backend
+    """One fresh engine: seconds to build it, then to answer the workload, and the dtype it computed
+    in (bf16 asked; float32 on a CPU without native bf16, fastvista/precision.py)."""
+    from fastvista.llm import BackendConfig, compute_dtype, make_backend
 
     requests = workload(path)
+    config = BackendConfig(kind="vllm", model=model, dtype="bfloat16", engine_mode=mode, kv_cache_memory_bytes=kv_bytes)
     started = time.perf_counter()
-    backend = make_backend(BackendConfig(kind="vllm", model=model, dtype="bfloat16", engine_mode=mode, kv_cache_memory_bytes=kv_bytes))
+    backend = make_backend(config)
     built = time.perf_counter()
     completions = backend.generate(requests)
     done = time.perf_counter()
     tokens = sum(c.completion_tokens for c in completions)
-    return {"mode": mode, "start_s": round(built - started, 1), "answer_s": round(done - built, 1), "requests": len(completions),
+    return {"mode": mode, "dtype": compute_dtype(config), "start_s": round(built - started, 1), "answer_s": round(done - built, 1), "requests": len(completions),
             "completion_tokens": tokens, "tokens_per_s": round(tokens / (done - built), 1)}
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| mode | run | engine start (s) | workload (s) | completion tokens/s | requests |", "|---|---|---|---|---|---|"]
+    lines = ["| mode | run | computed in | engine start (s) | workload (s) | completion tokens/s | requests |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['mode']} | {r['repeat']} | {r['start_s']} | {r['answer_s']} | {r['tokens_per_s']} | {r['requests']} |")
+        lines.append(f"| {r['mode']} | {r['repeat']} | {r['dtype']} | {r['start_s']} | {r['answer_s']} | {r['tokens_per_s']} | {r['requests']} |")
     return "\n".join(lines)
 
 

@@ -154,10 +154,12 @@ def test_an_eager_engine_starts_and_answers_the_engine_start_workload(tiny_model
     from pathlib import Path
 
     from fastvista.evaluation.engine_start import child
+    from fastvista.precision import native_cpu_bf16
 
     demo = str(Path(__file__).parent.parent / "data" / "demo" / "topical_chat_demo.jsonl")
     row = child("eager", str(tiny_model), demo, 1 << 28)
     assert row["mode"] == "eager" and row["requests"] > 0 and row["completion_tokens"] > 0 and row["start_s"] > 0
+    assert row["dtype"] == ("bfloat16" if native_cpu_bf16() else "float32")  # what this CPU computes, not what was asked
 
 
 def test_a_closed_engine_stops_its_engine_process_at_once(tiny_model, monkeypatch):
