@@ -122,6 +122,52 @@ def plot(points: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def bases_table(curves: dict[str, dict]) -> str:
+    """Several curves (learning_curve.json, one per base) in one table, by training turns; refused
+    unless every curve was scored on the same test files (the digest in their frozen copies' folder)."""
+    tests = {name: Path(curve["config"]["test_teacher"]).parent.name for name, curve in curves.items()}
+    if len(set(tests.values())) > 1:
+        raise ValueError(f"the curves were scored on different test files, so their points do not compare: {tests}")
+    lines = ["| base | training turns | validation loss | " + " | ".join(METRICS.values()) + " | parsed |",
+             "|---|---|---|" + "---|" * len(METRICS) + "---|"]
+    for name, curve in curves.items():
+        for p in sorted(curve["points"], key=lambda p: p["turns"]):
+            cells = [f"{v:.3f}" if isinstance(v, float) else "-" for v in (p["metrics"].get(c) for c in METRICS.values())]
+            loss = f"{p['eval_loss']:.3f}" if p.get("eval_loss") is not None else "-"
+            lines.append(f"| {name} | {p['turns']} | {loss} | " + " | ".join(cells) + f" | {p.get('parsed', '-')} |")
+    return "\n".join(lines)
+
+
+def plot_bases(curves: dict[str, dict], path: Path) -> None:
+    """One panel per measure, one line per base, the target dashed: which base learns faster."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    targets = {key: target for _, key, target in TARGETS}
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(2.8 * len(METRICS), 3.4))
+    lines, turns = {}, sorted({p["turns"] for curve in curves.values() for p in curve["points"]})
+    for ax, (key, column) in zip(axes, METRICS.items()):
+        for name, curve in curves.items():
+            shown = sorted((p["turns"], p["metrics"][column]) for p in curve["points"] if p["metrics"].get(column) is not None)
+            if shown:
+                [lines[name]] = ax.plot(*zip(*shown), "o-", color=f"C{list(curves).index(name)}")
+        if key in targets:
+            ax.axhline(targets[key], color="gray", linestyle="--", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xticks(turns, [str(t) for t in turns], rotation=45)
+        ax.set_title(column, fontsize=9)
+        ax.set_xlabel("training turns", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle("agreement with the teacher on the same test turns (dashed: the target)", fontsize=9)
+    fig.legend(list(lines.values()), list(lines), fontsize=7, loc="lower center", ncol=len(lines))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _run(cmd: list[str], what: str, log: Path, accept: tuple[int, ...] = (0,)) -> None:
     """Run a stage with its output in `log` (appended: a resumed stage keeps its earlier log), on
     every core (a test's OMP_NUM_THREADS=1 would otherwise train on one)."""

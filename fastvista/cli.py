@@ -618,6 +618,29 @@ def eval_learning_curve(
     run_configured(LearningCurveConfig, main, config, set_, out)
 
 
+@eval_app.command("learning-curve-bases")
+def eval_learning_curve_bases(
+    curves: List[str] = typer.Argument(..., help="NAME=learning_curve.json, one per base (e.g. docs/measurements/learning_curve_cpu.json)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The PNG to write (one panel per measure, one line per base)."),
+):
+    """Learning curves of several bases side by side, on the same test turns: a table (printed)
+    and a plot. Curves scored on different test files are refused."""
+    from fastvista.evaluation.learning_curve import bases_table, plot_bases
+
+    named = {}
+    for item in curves:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not Path(path).is_file():
+            raise typer.BadParameter(f"{item}: expected NAME=FILE with an existing learning_curve.json", param_hint="CURVES")
+        named[name] = json.loads(Path(path).read_text())
+    try:
+        text = bases_table(named)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="CURVES") from e
+    plot_bases(named, out)
+    print(text)
+
+
 @eval_app.command("ablation")
 def eval_ablation(
     config: Path = typer.Option(Path("configs/eval/vista_ablation.yaml"), "--config", "-c",

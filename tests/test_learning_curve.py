@@ -218,3 +218,33 @@ def test_without_training_only_the_points_trained_so_far_are_scored_and_the_rest
     shutil.rmtree(out / "student" / "snapshots" / "turns_2")
     with pytest.raises(ValueError, match="no point .* is trained yet"):
         learning_curve.curve(cfg, out)
+
+
+def curve_file(test_digest: str, points: list[tuple[int, float]]) -> dict:
+    return {"config": {"test_teacher": f"runs/x/tests/{test_digest}/test_labelled.jsonl"},
+            "points": [{"turns": t, "eval_loss": 0.3, "parsed": 1.0, "metrics": {"kappa": k, "decision agreement": None}} for t, k in points]}
+
+
+def test_bases_compare_point_by_point_only_on_the_same_test_files():
+    from fastvista.evaluation.learning_curve import bases_table
+
+    text = bases_table({"small": curve_file("abc", [(750, 0.2), (250, 0.0)]), "large": curve_file("abc", [(250, 0.24)])})
+    rows = [line for line in text.splitlines() if line.startswith("| small") or line.startswith("| large")]
+    assert [r.split(" | ")[:2] for r in rows] == [["| small", "250"], ["| small", "750"], ["| large", "250"]]  # by turns within a base
+    assert "| large | 250 | 0.300 | - | 0.240 |" in text
+    with pytest.raises(ValueError, match="different test files"):
+        bases_table({"small": curve_file("abc", [(250, 0.0)]), "large": curve_file("def", [(250, 0.24)])})
+
+
+def test_the_bases_command_names_a_bad_argument(tmp_path):
+    from typer.testing import CliRunner
+
+    from fastvista.cli import app
+
+    good = tmp_path / "a.json"
+    good.write_text(json.dumps(curve_file("abc", [(250, 0.1)])))
+    for bad in ("nofile.json", f"x={tmp_path / 'missing.json'}"):
+        result = CliRunner().invoke(app, ["eval", "learning-curve-bases", f"a={good}", bad, "-o", str(tmp_path / "p.png")])
+        assert result.exit_code == 2 and "NAME=FILE" in result.output
+    result = CliRunner().invoke(app, ["eval", "learning-curve-bases", f"a={good}", "-o", str(tmp_path / "p.png")])
+    assert result.exit_code == 0 and "| a | 250 |" in result.output and (tmp_path / "p.png").stat().st_size > 1000
