@@ -632,9 +632,14 @@ def eval_learning_curve_bases(
         name, sep, path = item.partition("=")
         if not sep or not name or not Path(path).is_file():
             raise typer.BadParameter(f"{item}: expected NAME=FILE with an existing learning_curve.json", param_hint="CURVES")
-        named[name] = json.loads(Path(path).read_text())
+        try:
+            named[name] = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as e:
+            raise typer.BadParameter(f"{path}: line {e.lineno}: not JSON ({e.msg})", param_hint="CURVES") from e
     try:
         text = bases_table(named)
+    except (KeyError, TypeError) as e:
+        raise typer.BadParameter(f"not a learning_curve.json (missing {e})", param_hint="CURVES") from e
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="CURVES") from e
     plot_bases(named, out)

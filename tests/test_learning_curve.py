@@ -243,8 +243,12 @@ def test_the_bases_command_names_a_bad_argument(tmp_path):
 
     good = tmp_path / "a.json"
     good.write_text(json.dumps(curve_file("abc", [(250, 0.1)])))
-    for bad in ("nofile.json", f"x={tmp_path / 'missing.json'}"):
+    broken, other = tmp_path / "broken.json", tmp_path / "other.json"
+    broken.write_text("{")
+    other.write_text("{}")
+    for bad, said in (("nofile.json", "NAME=FILE"), (f"x={tmp_path / 'missing.json'}", "NAME=FILE"), (f"b={broken}", "not JSON"),
+                      (f"o={other}", "not a learning_curve.json")):
         result = CliRunner().invoke(app, ["eval", "learning-curve-bases", f"a={good}", bad, "-o", str(tmp_path / "p.png")])
-        assert result.exit_code == 2 and "NAME=FILE" in result.output
+        assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
     result = CliRunner().invoke(app, ["eval", "learning-curve-bases", f"a={good}", "-o", str(tmp_path / "p.png")])
     assert result.exit_code == 0 and "| a | 250 |" in result.output and (tmp_path / "p.png").stat().st_size > 1000
