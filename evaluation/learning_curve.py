@@ -277,7 +277,8 @@ def trained_so_far(cfg: LearningCurveConfig, out: Path) -> tuple[Path, list[dict
 
 
 def merged(adapter: Path) -> Path:
-    """A snapshot's adapter merged into its base (float32), built aside and renamed in."""
+    """An adapter (a snapshot's or the finished run's) merged into its base (float32), built aside and
+    renamed in: kept runs need not keep their merged models."""
     done = adapter / "merged"
     if not done.exists():
         from fastvista.train.merge import merge
@@ -388,7 +389,7 @@ def curve(cfg: LearningCurveConfig, out: Path) -> list[dict]:
             if not finished:
                 pending.append(size)
                 continue
-            model, record = student / "merged", {"step": None, "eval_loss": run.get("final_eval_loss")}
+            model, record = merged(student), {"step": None, "eval_loss": run.get("final_eval_loss")}
         else:
             snapshot = student / "snapshots" / f"turns_{size}"
             if not snapshot.exists():

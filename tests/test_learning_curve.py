@@ -220,6 +220,31 @@ def test_without_training_only_the_points_trained_so_far_are_scored_and_the_rest
         learning_curve.curve(cfg, out)
 
 
+def test_a_finished_runs_points_are_merged_from_their_adapters_so_a_kept_run_needs_no_merged_model(tmp_path, monkeypatch):
+    from fastvista.evaluation import learning_curve
+
+    out, student = tmp_path / "curve", tmp_path / "curve" / "student"
+    (student / "snapshots" / "turns_2").mkdir(parents=True)
+    (student / "snapshots" / "turns_2" / "snapshot.json").write_text(json.dumps({"step": 1}))
+    (student / "training_record.json").write_text(json.dumps({"final_eval_loss": 0.5, "eval_loss": [{"step": 1, "eval_loss": 0.7}]}))
+    rows = [{"id": f"e{i}", "dialogue_id": f"d{i}", "prompt": [], "completion": []} for i in range(4)]
+    (out / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name in ("tests.jsonl", "teacher.jsonl", "train.jsonl", "sft.yaml"):
+        (tmp_path / name).write_text("")
+    cfg = LearningCurveConfig(sft_config=str(tmp_path / "sft.yaml"), score_config="c.yaml", train_file=str(tmp_path / "train.jsonl"),
+                              test_inputs=str(tmp_path / "tests.jsonl"), test_teacher=str(tmp_path / "teacher.jsonl"),
+                              sizes=[2, 0], train=False)
+    (out / "run.json").write_text(json.dumps({**learning_curve.manifest(cfg, "x", "y"), "sizes": [2, 4]}))
+    built, scored = [], []
+    monkeypatch.setattr(learning_curve, "merged", lambda adapter: built.append(adapter) or adapter / "merged")
+    monkeypatch.setattr(learning_curve, "score_point", lambda cfg, size, subset, model, record: scored.append((size, model, record))
+                        or {"turns": size, "dialogues": 1, "metrics": {"kappa": 0.4}, **record})
+    learning_curve.curve(cfg, out)
+    assert built == [student / "snapshots" / "turns_2", student]
+    assert scored == [(2, student / "snapshots" / "turns_2" / "merged", {"step": 1, "eval_loss": 0.7}),
+                      (4, student / "merged", {"step": None, "eval_loss": 0.5})]
+
+
 def curve_file(test_digest: str, points: list[tuple[int, float]]) -> dict:
     return {"config": {"test_teacher": f"runs/x/tests/{test_digest}/test_labelled.jsonl"},
             "points": [{"turns": t, "eval_loss": 0.3, "parsed": 1.0, "metrics": {"kappa": k, "decision agreement": None}} for t, k in points]}
