@@ -290,14 +290,16 @@ def merged(adapter: Path) -> Path:
     return done
 
 
-def score_point(cfg: LearningCurveConfig, size: int, subset: list[dict], model: Path, record: dict) -> dict:
-    """One point's student scores the test dialogues and is compared with the teacher."""
+def score_point(cfg: LearningCurveConfig, size: int, subset: list[dict], adapter: Path, record: dict) -> dict:
+    """One point's student scores the test dialogues and is compared with the teacher; its adapter
+    is merged only when there is scoring to do (a kept run's scores are read without 2 GB merges)."""
     from fastvista.evaluation.compare import agreement
     from fastvista.records_io import read_scored
     from fastvista.scheduler import read_failed
 
-    scored = scoring_folder(cfg, model.parent)
+    scored = scoring_folder(cfg, adapter)
     if not (scored / "summary.json").exists() or read_failed(scored):
+        model = merged(adapter)
         # resumes: kept dialogues stay, failed ones are tried again; exit 3 leaves those that fail
         # again (an answer that never parsed) in failed.jsonl, counted as unparsed below
         sets = [a for key in [*cfg.score_overrides, f"backend.model={model}"] for a in ("--set", key)]
@@ -389,7 +391,7 @@ def curve(cfg: LearningCurveConfig, out: Path) -> list[dict]:
             if not finished:
                 pending.append(size)
                 continue
-            model, record = merged(student), {"step": None, "eval_loss": run.get("final_eval_loss")}
+            adapter, record = student, {"step": None, "eval_loss": run.get("final_eval_loss")}
         else:
             snapshot = student / "snapshots" / f"turns_{size}"
             if not snapshot.exists():
@@ -399,8 +401,8 @@ def curve(cfg: LearningCurveConfig, out: Path) -> list[dict]:
                 continue
             step = json.loads((snapshot / "snapshot.json").read_text())["step"]
             saved = json.loads((snapshot / "training_record.json").read_text()) if (snapshot / "training_record.json").exists() else {}
-            model, record = merged(snapshot), {"step": step, "eval_loss": eval_loss.get(step, saved.get("final_eval_loss"))}
-        points.append(score_point(cfg, size, rows[:size], model, record))
+            adapter, record = snapshot, {"step": step, "eval_loss": eval_loss.get(step, saved.get("final_eval_loss"))}
+        points.append(score_point(cfg, size, rows[:size], adapter, record))
         save()
     if not points:
         raise ValueError(f"no point of {out} is trained yet (sizes {sizes}): nothing to score")

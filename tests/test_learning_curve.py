@@ -95,10 +95,11 @@ def test_a_trained_run_is_kept_a_changed_one_refused_and_a_grown_test_split_scor
     (tmp_path / "test_labelled.jsonl").write_text("a\nb\n")  # the test split grew
     second = learning_curve.scoring_folder(cfg, student)
     assert first != second and first.parent == second.parent == student
+    monkeypatch.setattr(learning_curve, "merged", lambda adapter: adapter / "merged")
     with pytest.raises(RuntimeError, match="stop before scoring"):
-        learning_curve.score_point(cfg, 9, examples(), student / "merged", {})
+        learning_curve.score_point(cfg, 9, examples(), student, {})
     score = commands[-1]
-    assert score[1] == "score" and score[score.index("-o") + 1] == str(second)
+    assert score[1] == "score" and score[score.index("-o") + 1] == str(second) and f"backend.model={student / 'merged'}" in score
 
 
 def test_the_sizes_reach_sft_py_as_its_parser_reads_them():
@@ -205,7 +206,7 @@ def test_without_training_only_the_points_trained_so_far_are_scored_and_the_rest
     monkeypatch.setattr(learning_curve, "train", lambda *a: pytest.fail("trained"))
     monkeypatch.setattr(learning_curve, "merged", lambda snapshot: snapshot / "merged")
     scored = []
-    monkeypatch.setattr(learning_curve, "score_point", lambda cfg, size, subset, model, record: scored.append((size, len(subset), model.parent.name, record))
+    monkeypatch.setattr(learning_curve, "score_point", lambda cfg, size, subset, model, record: scored.append((size, len(subset), model.name, record))
                         or {"turns": size, "dialogues": 2, "metrics": {"kappa": 0.5}, **record})
     points = learning_curve.curve(cfg, out)
     assert scored == [(2, 2, "turns_2", {"step": 1, "eval_loss": 0.7})] and [p["turns"] for p in points] == [2]
@@ -220,7 +221,7 @@ def test_without_training_only_the_points_trained_so_far_are_scored_and_the_rest
         learning_curve.curve(cfg, out)
 
 
-def test_a_finished_runs_points_are_merged_from_their_adapters_so_a_kept_run_needs_no_merged_model(tmp_path, monkeypatch):
+def test_a_finished_runs_points_are_scored_from_their_adapters_and_merged_only_to_score(tmp_path, monkeypatch):
     from fastvista.evaluation import learning_curve
 
     out, student = tmp_path / "curve", tmp_path / "curve" / "student"
@@ -240,9 +241,24 @@ def test_a_finished_runs_points_are_merged_from_their_adapters_so_a_kept_run_nee
     monkeypatch.setattr(learning_curve, "score_point", lambda cfg, size, subset, model, record: scored.append((size, model, record))
                         or {"turns": size, "dialogues": 1, "metrics": {"kappa": 0.4}, **record})
     learning_curve.curve(cfg, out)
-    assert built == [student / "snapshots" / "turns_2", student]
-    assert scored == [(2, student / "snapshots" / "turns_2" / "merged", {"step": 1, "eval_loss": 0.7}),
-                      (4, student / "merged", {"step": None, "eval_loss": 0.5})]
+    assert built == []  # nothing merged where the scores are read, not made
+    assert scored == [(2, student / "snapshots" / "turns_2", {"step": 1, "eval_loss": 0.7}), (4, student, {"step": None, "eval_loss": 0.5})]
+    monkeypatch.undo()
+    monkeypatch.setattr(learning_curve, "merged", lambda adapter: built.append(adapter) or adapter / "merged")
+    monkeypatch.setattr(learning_curve, "_run", lambda cmd, *a, **k: ran.append(cmd))
+    ran, kept = [], learning_curve.scoring_folder(cfg, student)  # the last point's scores are kept, the snapshot's are not
+    kept.mkdir()
+    (kept / "summary.json").write_text(json.dumps({"scored_turns": 0}))
+    (kept / "results.jsonl").write_text("")
+    learning_curve.score_point(cfg, 4, rows, student, {})
+    assert built == [] and ran == []  # read, not merged or scored again
+    fresh = learning_curve.scoring_folder(cfg, student / "snapshots" / "turns_2")
+    fresh.mkdir()
+    (fresh / "results.jsonl").write_text("")
+    (fresh / "summary.json").write_text("{}")
+    (fresh / "failed.jsonl").write_text(json.dumps({"id": "d0", "unscored_turns": 1}) + "\n")  # a dialogue to try again
+    learning_curve.score_point(cfg, 2, rows, student / "snapshots" / "turns_2", {})
+    assert built == [student / "snapshots" / "turns_2"] and f"backend.model={student / 'snapshots' / 'turns_2' / 'merged'}" in ran[0]
 
 
 def curve_file(test_digest: str, points: list[tuple[int, float]]) -> dict:
