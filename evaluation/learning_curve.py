@@ -26,6 +26,12 @@ validation set is the first `eval_turns` turns of the validation split (whole di
 Everything is checked before training; the training and scoring logs are kept beside their
 outputs. Writes learning_curve.json, learning_curve.md and learning_curve.png. Between the chunks
 of a long run, `--set train=false` scores the points trained so far and names those still to come.
+
+A curve grows past a finished run with `extends: THAT_RUN` in a new output folder: the same
+training configs, the finished run's training examples the first of this one's (larger sizes on
+the same corpus split). Its points become this run's first ones, scores kept, and training goes on
+from its adapter after the examples it saw; a finished run keeps no optimizer state, so AdamW
+starts afresh and warms up again (run.json records it). Hours of CPU training are not repeated.
 """
 
 from __future__ import annotations
@@ -68,6 +74,12 @@ class LearningCurveConfig(BaseModel):
     sft_keys: dict = {}  # sft.py keys over sft_config for every point (e.g. num_train_epochs)
     score_overrides: list[str] = []  # `fastvista score --set` keys over score_config (e.g. backend.dtype=float32)
     train: bool = True  # false: no training, score the points trained so far (between the chunks of a long run)
+    # a finished curve's output folder that this (new) run goes on from: same training configs, its
+    # training set the first part of this one's; its points become this run's first, scores kept
+    extends: str = ""
+    # end each training chunk at the first step after this many minutes, with a checkpoint (0: train to the end);
+    # the points trained so far are scored and the same command goes on (not part of the run's identity)
+    chunk_minutes: float = 0
 
 
 NOTE = ("Each point is one pass over its first N training turns at a constant learning rate: snapshots of one run, "
@@ -227,11 +239,69 @@ def ordered(examples: list[dict], sizes: list[int], seed: int = 0) -> list[dict]
 TRAINING_CONFIGS = ("sft_config", "sft_keys", "accelerate_config")
 
 
-def train(cfg: LearningCurveConfig, examples: list[dict], sizes: list[int], validation: list[dict], out: Path) -> tuple[Path, list[dict], list[int]]:
+def extend(earlier: Path, student: Path, wanted: dict, text: str, eval_text: str) -> tuple[Path, dict]:
+    """Seed a folder beside `student` from the finished run of `earlier`, whose training set is the
+    first part of this one's, on the same configs: its snapshots and its last point (as a snapshot,
+    with their scores) and a checkpoint from its adapter (train/warm_start.py), so training goes on
+    after the examples it saw. Its optimizer state was not kept: the optimizer starts afresh and
+    warms up again. Returns the seeded folder (the caller records it in run.json, then renames it
+    in) and what run.json records of it."""
+    from fastvista.train.warm_start import checkpoint_from_adapter, finished_steps
+
+    was_path, done = earlier / "run.json", earlier / "student" / "training_record.json"
+    if not was_path.exists() or not done.exists():
+        raise ValueError(f"extends: {earlier} holds no finished learning-curve run (run.json, student/training_record.json)")
+    was, record = json.loads(was_path.read_text()), json.loads(done.read_text())
+    if not isinstance(was.get("sizes"), list) or not was["sizes"] or "train_sha256" not in was:
+        raise ValueError(f"extends: {was_path}: no sizes or train_sha256: not a learning-curve run's record")
+    changed = [k for k in TRAINING_CONFIGS if was.get(k) != wanted[k]]
+    if changed:
+        raise ValueError(f"extends: {earlier} was trained with another {', '.join(changed)}: its steps are not this run's")
+    earlier_text = (earlier / "train.jsonl").read_text() if (earlier / "train.jsonl").exists() else None
+    if earlier_text is None or hashlib.sha256(earlier_text.encode()).hexdigest() != was["train_sha256"]:
+        raise ValueError(f"extends: {earlier}/train.jsonl is missing or not the file its run.json records")
+    held_out = earlier / "validation.jsonl"
+    if not text.startswith(earlier_text) or (held_out.read_text() if held_out.exists() else "") != eval_text:
+        raise ValueError(f"extends: {earlier}'s training examples are not the first of this run's, in its order, on the same "
+                         "validation set (the same corpus split, and its sizes among this config's)")
+    if not set(was["sizes"]) <= set(wanted["sizes"]) or wanted["sizes"][-1] <= was["sizes"][-1]:
+        raise ValueError(f"extends: {earlier}'s points {was['sizes']} must all be among this run's {wanted['sizes']}, "
+                         "and this run must go past its last")
+    steps = finished_steps(record, done)
+    partial = student.with_name(student.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    skip = shutil.ignore_patterns("merged", "merged.partial", "checkpoint-*", "snapshots")
+    for snapshot in sorted((earlier / "student" / "snapshots").glob("turns_*")):
+        if not snapshot.name.endswith(".partial"):
+            shutil.copytree(snapshot, partial / "snapshots" / snapshot.name, ignore=skip)
+    last = partial / "snapshots" / f"turns_{was['sizes'][-1]}"
+    shutil.copytree(earlier / "student", last, ignore=skip)
+    snapshot = {"first_examples": was["sizes"][-1], "step": steps, "examples_through_step": record["examples"]["train"]}
+    (last / "snapshot.json").write_text(json.dumps(snapshot))
+    (last / "training_record.json").write_text(json.dumps({**record, "snapshot": snapshot}, indent=2))
+    step = checkpoint_from_adapter(earlier / "student", partial / "checkpoint-0", record, done)
+    (partial / "checkpoint-0").rename(partial / f"checkpoint-{step}")
+    if (earlier / "student" / "precision.json").exists():  # the chunks of training go on from the earlier run's
+        shutil.copyfile(earlier / "student" / "precision.json", partial / "precision.json")
+    return partial, {"run": str(earlier.resolve()), "train_sha256": was["train_sha256"], "sizes": was["sizes"], "resumes_at_step": step,
+                     "optimizer": "started afresh with its warm-up (a finished run keeps no optimizer state)"}
+
+
+def _write(path: Path, content: str) -> None:
+    """Written aside and renamed in: a kill leaves the old file or the new one, never half of one."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(content)
+    partial.replace(path)
+
+
+def train(cfg: LearningCurveConfig, examples: list[dict], sizes: list[int], validation: list[dict], out: Path) -> tuple[Path, list[dict], list[int], bool]:
     """One training run over the largest point's examples, snapshots at the others. A run that
     has trained goes on with the sets it started with (a note says when the corpus changed since)
     and is refused when a training config changed. Returns the student folder, the run's
-    training examples in the order it reads them, and its sizes."""
+    training examples in the order it reads them, its sizes, and whether a chunk ended before the
+    training did (`chunk_minutes`)."""
+    from fastvista.train.sft import CHUNK_MARKER
+
     text, eval_text = _text(ordered(examples[: sizes[-1]], sizes)), _text(validation)
     wanted, recorded = {**manifest(cfg, text, eval_text), "sizes": sizes}, out / "run.json"
     train_file, eval_file, student = out / "train.jsonl", out / "validation.jsonl", out / "student"
@@ -241,26 +311,40 @@ def train(cfg: LearningCurveConfig, examples: list[dict], sizes: list[int], vali
         changed = [k for k in TRAINING_CONFIGS if was.get(k) != wanted[k]]
         if changed:
             raise ValueError(f"{out} was trained with another {', '.join(changed)}: use a new output folder")
-        if was != wanted:
+        went_on_from = was.get("extends", {}).get("run")
+        if went_on_from and Path(went_on_from).resolve() != (Path(cfg.extends).resolve() if cfg.extends else None):
+            raise ValueError(f"{out} went on from {went_on_from}, not {cfg.extends or 'no earlier run'}: use a new output folder")
+        if {k: v for k, v in was.items() if k != "extends"} != wanted:
             print(f"note: {out} goes on with the training and validation sets it started with ({was['sizes'][-1]} training turns); "
                   "the corpus changed since: a curve of the current corpus needs a new output folder", file=sys.stderr)
         sizes, eval_text = was["sizes"], eval_file.read_text() if eval_file.exists() else ""
     else:  # a run that never trained a step may start again with other inputs
         out.mkdir(parents=True, exist_ok=True)
-        for path, content in ((train_file, text), (eval_file, eval_text)):
-            partial = path.with_suffix(".partial")
-            partial.write_text(content)
-            partial.replace(path)
-        recorded.write_text(json.dumps(wanted, indent=2))
+        for path, content in ((train_file, text), (eval_file, eval_text), (recorded, json.dumps(wanted, indent=2))):
+            _write(path, content)
+        if cfg.extends:  # recorded before the seed is renamed in: a run killed while seeding is seeded again
+            seeded, origin = extend(Path(cfg.extends), student, wanted, text, eval_text)
+            _write(recorded, json.dumps({**wanted, "extends": origin}, indent=2))
+            seeded.rename(student)
+    chunk_ended = False
     if not (student / "training_record.json").exists():
         # resume: a killed run goes on from its last checkpoint; snapshots already saved stay
         keys = {**cfg.sft_keys, "train_file": str(train_file), "output_dir": str(student), "merge": True, "resume": True,
-                "train_sampling_strategy": "sequential", "snapshot_examples": sizes[:-1]}
+                "stop_after_minutes": cfg.chunk_minutes, "train_sampling_strategy": "sequential", "snapshot_examples": sizes[:-1]}
         if eval_text:
             keys["eval_file"] = str(eval_file)
-        _run([str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", cfg.accelerate_config, "train/sft.py",
-              "--config", cfg.sft_config, *launch_args(keys)], f"training on {sizes[-1]} turns", out / "train.log")
-    return student, read_examples(str(train_file)), sizes
+        marker = student / CHUNK_MARKER
+        marker.unlink(missing_ok=True)  # only this launch's
+        try:
+            _run([str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", cfg.accelerate_config, "train/sft.py",
+                  "--config", cfg.sft_config, *launch_args(keys)], f"training on {sizes[-1]} turns", out / "train.log")
+        except RuntimeError:
+            if not marker.exists():
+                raise
+            chunk_ended = True
+            print(f"note: this training chunk ended after {cfg.chunk_minutes:g} minutes at {json.loads(marker.read_text())['checkpoint']}; "
+                  "the same command goes on from it", file=sys.stderr)
+    return student, read_examples(str(train_file)), sizes, chunk_ended
 
 
 def trained_so_far(cfg: LearningCurveConfig, out: Path) -> tuple[Path, list[dict], list[int]]:
@@ -321,12 +405,15 @@ def parsed_share(summary: dict, failed: list[dict]) -> float | None:
     return round(summary.get("scored_turns", 0) / total, 4) if total else None
 
 
-def checked(cfg: LearningCurveConfig) -> None:
+def checked(cfg: LearningCurveConfig, out: Path | None = None) -> None:
     """Everything the hours of training lead to, checked before they start: the files, the
     scoring config with its overrides, and no test dialogue among the training ones."""
     from fastvista.config import load_config
     from fastvista.infer.run import ScoreConfig
 
+    seeded = out is not None and (out / "student").exists()  # then the earlier run is no longer read
+    if cfg.extends and not seeded and not (Path(cfg.extends) / "run.json").exists():
+        raise ValueError(f"extends: {cfg.extends}: no learning-curve run there (run.json)")
     if len(cfg.sizes) > 1 and not cfg.eval_file:
         raise ValueError("eval_file: the snapshots of one run are validated on it (and it keeps the training file in order)")
     for key in ("sft_config", "accelerate_config", "score_config", "train_file", "eval_file", "test_inputs", "test_teacher"):
@@ -362,7 +449,7 @@ def main(cfg: LearningCurveConfig, out: Path) -> list[dict]:
     from fastvista.reaper import watch_children
     from fastvista.scheduler import folder_lock
 
-    checked(cfg)
+    checked(cfg, out)
     with folder_lock(out):
         watch_children()  # a killed command takes its training and scoring with it
         return curve(cfg, out)
@@ -373,9 +460,9 @@ def curve(cfg: LearningCurveConfig, out: Path) -> list[dict]:
         examples = read_examples(cfg.train_file)
         validation = first_turns(read_examples(cfg.eval_file), cfg.eval_turns) if cfg.eval_file else []
         sizes = sorted({len(first_turns(examples, n)) for n in cfg.sizes})
-        student, rows, sizes = train(cfg, examples, sizes, validation, out)
+        student, rows, sizes, chunk_ended = train(cfg, examples, sizes, validation, out)
     else:
-        student, rows, sizes = trained_so_far(cfg, out)
+        (student, rows, sizes), chunk_ended = trained_so_far(cfg, out), False
     cfg = frozen_tests(cfg, out)
     finished = (student / "training_record.json").exists()
     run = json.loads((student / "training_record.json").read_text()) if finished else {}
@@ -395,13 +482,16 @@ def curve(cfg: LearningCurveConfig, out: Path) -> list[dict]:
         else:
             snapshot = student / "snapshots" / f"turns_{size}"
             if not snapshot.exists():
-                if cfg.train:
+                if cfg.train and not chunk_ended:
                     raise RuntimeError(f"the run left no snapshot after {size} turns ({snapshot}): see {student}")
                 pending.append(size)
                 continue
             step = json.loads((snapshot / "snapshot.json").read_text())["step"]
             saved = json.loads((snapshot / "training_record.json").read_text()) if (snapshot / "training_record.json").exists() else {}
-            adapter, record = snapshot, {"step": step, "eval_loss": eval_loss.get(step, saved.get("final_eval_loss"))}
+            # the snapshot's own validation, else the run's at its step (a snapshot of an earlier run, extended, was
+            # validated there; the run that goes on validates that step again on more examples)
+            own = saved.get("final_eval_loss")
+            adapter, record = snapshot, {"step": step, "eval_loss": own if own is not None else eval_loss.get(step)}
         points.append(score_point(cfg, size, rows[:size], adapter, record))
         save()
     if not points:

@@ -74,18 +74,18 @@ def test_a_trained_run_is_kept_a_changed_one_refused_and_a_grown_test_split_scor
     cfg, out, validation = config(tmp_path), tmp_path / "curve", first_turns(examples(), 2)
     (out / "student").mkdir(parents=True)
     (out / "run.json").write_text("{}")  # a run that crashed before its first step: it may start again
-    student, rows, sizes = learning_curve.train(cfg, examples(), [3, 9], validation, out)
+    student, rows, sizes, chunk_ended = learning_curve.train(cfg, examples(), [3, 9], validation, out)
     [sft] = commands
     assert sft[sft.index("--snapshot_examples") + 1: sft.index("--snapshot_examples") + 3] == ["3", "--eval_file"]
     assert sft[sft.index("--train_sampling_strategy") + 1] == "sequential"
     written = [json.loads(line)["id"] for line in (out / "train.jsonl").read_text().splitlines()]
     assert sorted(written[:3]) == ["a#0", "a#1", "a#2"] and len(written) == 9  # the first point's examples come first
-    assert [e["id"] for e in rows] == written and sizes == [3, 9]
+    assert [e["id"] for e in rows] == written and sizes == [3, 9] and not chunk_ended
     learning_curve.train(cfg, examples(), [3, 9], validation, out)
     assert len(commands) == 1  # trained before: kept
     # the corpus grew (or its validation split changed) after the run trained: it goes on with what it started with
     grown = examples() + [{"dialogue_id": "d", "id": "d#0", "prompt": [], "completion": []}]
-    _, rows_after, sizes_after = learning_curve.train(cfg, grown, [3, 10], first_turns(examples(), 9), out)
+    _, rows_after, sizes_after, _ = learning_curve.train(cfg, grown, [3, 10], first_turns(examples(), 9), out)
     assert [e["id"] for e in rows_after] == written and sizes_after == [3, 9] and len(commands) == 1
     assert "goes on with the training and validation sets it started with" in capsys.readouterr().err
     with pytest.raises(ValueError, match="sft_keys"):  # trained otherwise: refused, never mixed
@@ -100,6 +100,128 @@ def test_a_trained_run_is_kept_a_changed_one_refused_and_a_grown_test_split_scor
         learning_curve.score_point(cfg, 9, examples(), student, {})
     score = commands[-1]
     assert score[1] == "score" and score[score.index("-o") + 1] == str(second) and f"backend.model={student / 'merged'}" in score
+
+
+def finished_run(student: Path, examples_seen: int) -> None:
+    """What train/sft.py leaves of a finished run: adapter, record, a snapshot with its scores."""
+    (student / "snapshots" / "turns_3" / "scored_x").mkdir(parents=True)
+    (student / "snapshots" / "turns_3" / "snapshot.json").write_text(json.dumps({"step": 2}))
+    (student / "scored_y").mkdir()
+    (student / "merged").mkdir()  # rebuilt from the adapter where needed, never copied
+    (student / "adapter_config.json").write_text("{}")
+    (student / "adapter_model.safetensors").write_bytes(b"weights")
+    (student / "precision.json").write_text(json.dumps([{"dtype": "bfloat16"}]))
+    training = {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "num_train_epochs": 1, "max_steps": -1,
+                "logging_steps": 1, "eval_steps": 2, "save_steps": 2}
+    (student / "training_record.json").write_text(json.dumps({
+        "config": {"training": training}, "examples": {"train": examples_seen}, "final_eval_loss": 0.6,
+        "loss": [{"step": s, "loss": 1.0 / s} for s in (1, 2, 3)], "eval_loss": [{"step": 2, "eval_loss": 0.8}, {"step": 3, "eval_loss": 0.6}]}))
+
+
+def test_a_longer_run_goes_on_from_a_finished_one_and_keeps_its_points(tmp_path, monkeypatch):
+    """`extends`: the earlier run's points become the first snapshots (scores kept, merged models
+    not copied) and training resumes after its last full batch, on the earlier run's own examples first."""
+    from fastvista.evaluation import learning_curve
+
+    commands = []
+
+    def run(cmd, what, log, accept=(0,)):
+        commands.append(cmd)
+        student = Path(cmd[cmd.index("--output_dir") + 1])
+        if student.exists():  # the longer run, seeded: it finishes
+            (student / "training_record.json").write_text("{}")
+        else:
+            student.mkdir(parents=True)
+            finished_run(student, 5)
+
+    monkeypatch.setattr(learning_curve, "_run", run)
+    earlier, out, validation = tmp_path / "earlier", tmp_path / "longer", first_turns(examples(), 2)
+    learning_curve.train(config(tmp_path), examples(), [3, 5], validation, earlier)
+    learning_curve.train(config(tmp_path, extends=str(earlier)), examples(), [3, 5, 9], validation, out)
+    sft, student = commands[-1], out / "student"
+    assert sft[sft.index("--output_dir") + 1] == str(student) and sft[sft.index("--resume") + 1] == "true"
+    assert (out / "train.jsonl").read_text().startswith((earlier / "train.jsonl").read_text())
+    # 5 examples seen in batches of 2: the checkpoint is at step 2, so the fifth example is trained again, none skipped
+    state = json.loads((student / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and [h["step"] for h in state["log_history"]] == [1, 2, 2]
+    assert (student / "checkpoint-2" / "adapter_model.safetensors").read_bytes() == b"weights"
+    last = student / "snapshots" / "turns_5"
+    assert json.loads((last / "snapshot.json").read_text())["step"] == 3 and (last / "scored_y").is_dir() and not (last / "merged").exists()
+    assert json.loads((last / "training_record.json").read_text())["final_eval_loss"] == 0.6
+    assert (student / "snapshots" / "turns_3" / "scored_x").is_dir() and json.loads((student / "precision.json").read_text())
+    assert json.loads((out / "run.json").read_text())["extends"]["resumes_at_step"] == 2
+    assert (earlier / "student" / "merged").is_dir()  # the earlier run is read, never changed
+    learning_curve.train(config(tmp_path, extends=f"{earlier}/"), examples(), [3, 5, 9], validation, out)  # resumes, however spelled
+    with pytest.raises(ValueError, match="went on from"):
+        learning_curve.train(config(tmp_path, extends=str(tmp_path / "other")), examples(), [3, 5, 9], validation, out)
+
+
+def test_a_run_goes_on_only_from_a_finished_run_of_its_own_first_examples_and_configs(tmp_path, monkeypatch):
+    from fastvista.evaluation import learning_curve
+
+    def run(cmd, what, log, accept=(0,)):
+        student = Path(cmd[cmd.index("--output_dir") + 1])
+        student.mkdir(parents=True, exist_ok=True)
+        finished_run(student, 5)
+
+    monkeypatch.setattr(learning_curve, "_run", run)
+    earlier, validation = tmp_path / "earlier", first_turns(examples(), 2)
+    learning_curve.train(config(tmp_path), examples(), [3, 5], validation, earlier)
+    cases = [  # (config changes, sizes, validation, refusal)
+        ({"sft_keys": {"num_train_epochs": 1}}, [3, 5, 9], validation, "another sft_keys"),
+        ({}, [5, 9], validation, "not the first of this run's"),  # other blocks shuffled: another order
+        ({}, [3, 5, 9], first_turns(examples(), 5), "same validation set"),
+        ({}, [3, 5], validation, "must go past its last"),
+    ]
+    for n, (changes, sizes, held_out, refusal) in enumerate(cases):
+        out = tmp_path / f"longer{n}"
+        with pytest.raises(ValueError, match=refusal):
+            learning_curve.train(config(tmp_path, extends=str(earlier), **changes), examples(), sizes, held_out, out)
+        assert not (out / "student").exists() and not (out / "student.partial").exists()
+    record = json.loads((earlier / "student" / "training_record.json").read_text())
+    for changes, refusal in (({"num_train_epochs": 2}, "not one pass"), ({"gradient_accumulation_steps": 1}, "last logged step is 3, not")):
+        (earlier / "student" / "training_record.json").write_text(json.dumps(
+            {**record, "config": {"training": {**record["config"]["training"], **changes}}}))
+        with pytest.raises(ValueError, match=refusal):  # its steps skipped another number of examples than this run would
+            learning_curve.train(config(tmp_path, extends=str(earlier)), examples(), [3, 5, 9], validation, tmp_path / "longer8")
+    (earlier / "student" / "training_record.json").unlink()  # not finished: its last point has no adapter yet
+    with pytest.raises(ValueError, match="no finished learning-curve run"):
+        learning_curve.train(config(tmp_path, extends=str(earlier)), examples(), [3, 5, 9], validation, tmp_path / "longer9")
+
+
+def test_a_chunk_that_ended_is_told_from_a_failed_run_by_its_own_marker(tmp_path, monkeypatch, capsys):
+    """`chunk_minutes`: training stopped with a checkpoint (sft.py's marker, written by this launch)
+    scores what is trained and names the rest; any other failure, or a marker left by an earlier
+    launch, stays an error."""
+    from fastvista.evaluation import learning_curve
+    from fastvista.train.sft import CHUNK_MARKER
+
+    cfg, out, validation = config(tmp_path, chunk_minutes=90), tmp_path / "curve", first_turns(examples(), 2)
+    launched = []
+
+    def chunk(cmd, what, log, accept=(0,)):
+        launched.append(cmd[cmd.index("--stop_after_minutes") + 1])
+        (out / "student").mkdir(parents=True, exist_ok=True)
+        (out / "student" / CHUNK_MARKER).write_text(json.dumps({"checkpoint": "checkpoint-4"}))
+        raise RuntimeError("training failed (exit 1)")
+
+    monkeypatch.setattr(learning_curve, "_run", chunk)
+    *_, chunk_ended = learning_curve.train(cfg, examples(), [3, 9], validation, out)
+    assert chunk_ended and launched == ["90.0"] and "ended after 90 minutes at checkpoint-4" in capsys.readouterr().err
+
+    def crash(cmd, what, log, accept=(0,)):
+        raise RuntimeError("training failed (exit 1)")
+
+    monkeypatch.setattr(learning_curve, "_run", crash)  # the earlier launch's marker is still there
+    with pytest.raises(RuntimeError, match="training failed"):
+        learning_curve.train(cfg, examples(), [3, 9], validation, out)
+
+    (out / "student" / "snapshots").mkdir()  # no snapshot yet: the points wait rather than fail the command
+    monkeypatch.setattr(learning_curve, "train", lambda *a: (out / "student", examples(), [3, 9], True))
+    monkeypatch.setattr(learning_curve, "frozen_tests", lambda cfg, out: cfg)
+    (tmp_path / "train.jsonl").write_text(_lines(examples()))
+    with pytest.raises(ValueError, match="no point .* is trained yet"):
+        learning_curve.curve(cfg.model_copy(update={"train_file": str(tmp_path / "train.jsonl")}), out)
 
 
 def test_the_sizes_reach_sft_py_as_its_parser_reads_them():
@@ -184,6 +306,62 @@ def test_the_whole_curve_trains_once_scores_every_point_and_resumes_without_work
     trained = (out / "train.log").stat().st_size
     again = learning_curve.main(cfg, out)
     assert [p["turns"] for p in again] == [6, 24] and (out / "train.log").stat().st_size == trained  # not trained again
+
+
+@pytest.mark.slow
+def test_a_real_run_goes_on_from_a_finished_ones_adapter_after_its_full_batches(tmp_path, tiny_model, monkeypatch):
+    """The Trainer resumes from the checkpoint made of a finished run's adapter: it trains only
+    the steps after it, from those weights, and the earlier run's point is kept as it was."""
+    from safetensors.torch import load_file
+
+    from fastvista.evaluation import learning_curve
+    from tests.test_train import write_config
+
+    from fastvista.synth.pipeline import TeacherConfig
+    from fastvista.synth.training_set import training_examples
+    from tests.scripted import ScriptedBackend
+    from tests.test_pipeline import drive, museum_dialogue
+    from tests.test_train import FORMAT
+
+    rows = [e for i in range(5) for e in training_examples(drive(museum_dialogue(i), TeacherConfig(), ScriptedBackend()), FORMAT)]
+    held_out = [e for e in rows if e["dialogue_id"] == rows[0]["dialogue_id"]]
+    rows = rows[len(held_out):]
+    train_file = tmp_path / "train.jsonl"
+    train_file.write_text(_lines(rows))
+    sft = write_config(tmp_path / "sft.yaml", tiny_model, train_file, tmp_path / "unused", max_steps=-1,
+                       per_device_train_batch_size=1, gradient_accumulation_steps=2, eval_steps=100, save_steps=100, logging_steps=1)
+    cfg = config(tmp_path, sft_config=str(sft), sizes=[3, 5], sft_keys={"num_train_epochs": 1})
+    monkeypatch.setattr(learning_curve, "_run", _launch)
+    earlier, longer = tmp_path / "earlier", tmp_path / "longer"
+    learning_curve.train(cfg, rows, [3, 5], held_out, earlier)  # 5 examples: steps 1-2 full, step 3 holds the fifth
+    # a chunk of a second (chunk_minutes) ends at the first step it trains, with its checkpoint, and nothing looks finished
+    *_, chunk_ended = learning_curve.train(cfg.model_copy(update={"extends": str(earlier), "chunk_minutes": 0.001}), rows, [3, 5, 10], held_out, longer)
+    assert chunk_ended and (longer / "student" / "checkpoint-3").is_dir() and not (longer / "student" / "training_record.json").exists()
+    *_, chunk_ended = learning_curve.train(cfg.model_copy(update={"extends": str(earlier)}), rows, [3, 5, 10], held_out, longer)
+    record = json.loads((longer / "student" / "training_record.json").read_text())
+    assert not chunk_ended and record["resumed_from"].endswith("checkpoint-3")
+    assert record["examples"]["train"] == 10 and [e["step"] for e in record["loss"]] == [1, 2, 3, 4, 5]  # the earlier run's first two
+    # 2: the earlier run's validation of its first snapshot, carried over; not 3: its last point, validated there; 5: the end
+    assert [e["step"] for e in record["eval_loss"]] == [2, 5]
+    before = load_file(earlier / "student" / "adapter_model.safetensors")
+    kept = load_file(longer / "student" / "snapshots" / "turns_5" / "adapter_model.safetensors")
+    after = load_file(longer / "student" / "adapter_model.safetensors")
+    assert all((before[k] == kept[k]).all() for k in before) and any((before[k] != after[k]).any() for k in before)
+
+
+def _lines(rows: list[dict]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def _launch(cmd: list[str], what: str, log: Path, accept=(0,)) -> None:
+    import os
+    import subprocess
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as f:
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    if done.returncode not in accept:
+        raise RuntimeError(f"{what} failed (exit {done.returncode})\n{log.read_text()[-3000:]}")
 
 
 def test_without_training_only_the_points_trained_so_far_are_scored_and_the_rest_named(tmp_path, monkeypatch):

@@ -39,6 +39,9 @@ class StudentArguments:
     bf16_fallback: str = field(default="float32", metadata={"choices": ["float32", "keep", "fail"],
         "help": "A CPU run that asks for bf16 on a CPU without native bf16 (avx512_bf16 or AMX), where bf16 trains ~11x slower: "
                 "'float32' trains in float32 and records it, 'keep' trains in bf16 anyway, 'fail' refuses (train/precision.py)."})
+    stop_after_minutes: float = field(default=0.0, metadata={
+        "help": "End this chunk of a long run at the first optimizer step after this many minutes of training: a checkpoint "
+                "is saved and the run exits 75 with no final adapter; run it again with --resume true to go on (0: no limit)."})
     snapshot_examples: list[int] = field(default_factory=list, metadata={
         "help": "Also save the adapter in OUTPUT/snapshots/turns_N, and validate, once training has seen the first N examples of "
                 "train_file (in file order: needs train_sampling_strategy sequential and an eval_file): a learning curve from one run."})
@@ -94,6 +97,28 @@ def step_timer():
     return StepTimer()
 
 
+CHUNK_ENDED = 75  # the exit status of a run stopped by stop_after_minutes (EX_TEMPFAIL: run it again to go on)
+CHUNK_MARKER = "chunk_ended.json"  # written in output_dir beside it: launchers (accelerate) report any failure as 1
+
+
+def chunk_limit(minutes: float):
+    """A callback that ends the run at the first step after `minutes` of training, with a
+    checkpoint of that step, unless it was the last: a chunk of a long run on a machine that
+    does not outlive a session loses no step it trained."""
+    from transformers import TrainerCallback
+
+    class ChunkLimit(TrainerCallback):
+        def __init__(self):
+            self.began, self.stopped_at = time.perf_counter(), None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step < state.max_steps and time.perf_counter() - self.began >= minutes * 60:
+                control.should_save = control.should_training_stop = True
+                self.stopped_at = state.global_step
+
+    return ChunkLimit()
+
+
 def snapshot_saver(trainer, steps: dict[int, int], out: Path, fmt, tokenizer, record: dict):
     """A callback that saves the adapter (with tokenizer, format and its training record) at the
     given steps, each built aside and renamed in, and has the trainer validate and checkpoint at
@@ -118,9 +143,12 @@ def snapshot_saver(trainer, steps: dict[int, int], out: Path, fmt, tokenizer, re
             n = steps.get(state.global_step)
             if n is None:
                 return
+            folder = out / "snapshots" / f"turns_{n}"
+            saved = folder / "training_record.json"
+            if saved.exists() and json.loads(saved.read_text()).get("final_eval_loss") is not None:
+                return  # saved and validated before (by an earlier run this one goes on from): not again
             control.should_evaluate = True  # logged at this step in the record's eval_loss
             control.should_save = True
-            folder = out / "snapshots" / f"turns_{n}"
             if folder.exists() or not trainer.accelerator.is_main_process:
                 return
             partial = folder.with_name(folder.name + ".partial")
@@ -265,7 +293,17 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
                                student_args.snapshot_examples, batch)
         trainer.add_callback(snapshot_saver(trainer, steps, Path(training_args.output_dir), fmt, tokenizer,
                                             run_record(student_args, training_args, model_args, fmt, train, held_out, length_reports, precision)))
+    chunk = chunk_limit(student_args.stop_after_minutes) if student_args.stop_after_minutes > 0 else None
+    if chunk:
+        trainer.add_callback(chunk)
     result = trainer.train(resume_from_checkpoint=checkpoint)
+    if chunk and chunk.stopped_at is not None:
+        if trainer.accelerator.is_main_process:
+            marker = {"step": chunk.stopped_at, "checkpoint": f"checkpoint-{chunk.stopped_at}", "minutes": student_args.stop_after_minutes}
+            (Path(training_args.output_dir) / CHUNK_MARKER).write_text(json.dumps(marker))
+        trainer.accelerator.print(f"this chunk ended after {student_args.stop_after_minutes:g} minutes at step {chunk.stopped_at}: "
+                                  f"checkpoint-{chunk.stopped_at} saved in {training_args.output_dir}; run again with --resume true to go on")
+        sys.exit(CHUNK_ENDED)
     eval_metrics = trainer.evaluate() if eval_ds is not None else {}
     out = Path(training_args.output_dir)
     trainer.save_model(str(out))
