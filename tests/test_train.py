@@ -148,6 +148,24 @@ def test_a_bf16_config_trains_in_what_this_cpu_computes_natively_and_records_it(
     assert native or "--bf16 false --dtype float32" in refused.stderr
 
 
+def test_on_a_cpu_the_lm_head_projects_the_answer_unless_told_otherwise_and_the_record_says_which(tmp_path, tiny_model, train_file):
+    records = {}
+    for positions in ("answer", "all"):
+        out = tmp_path / positions
+        config = write_config(tmp_path / f"{positions}.yaml", tiny_model, train_file, out, max_steps=2, eval_strategy="no",
+                              save_strategy="no", lm_head_positions=positions)
+        done = launch(config)
+        assert done.returncode == 0, done.stderr[-3000:]
+        records[positions] = json.loads((out / "training_record.json").read_text())
+        assert records[positions]["precision"]["lm_head_positions"] == positions
+        assert json.loads((out / "precision.json").read_text())[-1]["lm_head_positions"] == positions
+    # the same examples, weights and seed: the same losses whichever positions the head projects
+    assert [p["loss"] for p in records["answer"]["loss"]] == pytest.approx([p["loss"] for p in records["all"]["loss"]], rel=1e-4)
+    # a YAML value is a default that argparse does not check against the choices: sft.py refuses it by name
+    refused = launch(write_config(tmp_path / "bad.yaml", tiny_model, train_file, tmp_path / "bad", lm_head_positions="Answer"))
+    assert refused.returncode != 0 and "lm_head_positions must be one of answer, all, not 'Answer'" in refused.stderr
+
+
 def test_too_long_examples_can_be_refused(tmp_path, tiny_model, train_file):
     config = write_config(tmp_path / "sft.yaml", tiny_model, train_file, tmp_path / "out", max_length=50, too_long="fail")
     done = launch(config)

@@ -39,6 +39,9 @@ class StudentArguments:
     bf16_fallback: str = field(default="float32", metadata={"choices": ["float32", "keep", "fail"],
         "help": "A CPU run that asks for bf16 on a CPU without native bf16 (avx512_bf16 or AMX), where bf16 trains ~11x slower: "
                 "'float32' trains in float32 and records it, 'keep' trains in bf16 anyway, 'fail' refuses (train/precision.py)."})
+    lm_head_positions: str = field(default="answer", metadata={"choices": ["answer", "all"],
+        "help": "On a CPU, the positions TRL's fused LM head projects: 'answer' (those trained on: the same loss and gradients, "
+                "a step of Qwen2.5-0.5B + LoRA faster) or 'all' (TRL's own CPU default); elsewhere TRL decides (train/lm_head.py)."})
     stop_after_minutes: float = field(default=0.0, metadata={
         "help": "End this chunk of a long run at the first optimizer step after this many minutes of training: a checkpoint "
                 "is saved and the run exits 75 with no final adapter; run it again with --resume true to go on (0: no limit)."})
@@ -195,6 +198,10 @@ def run_record(student_args: StudentArguments, training_args, model_args, fmt, t
     }
 
 
+def trains_on_cpu(training_args) -> bool:
+    return training_args.use_cpu or training_args.device.type == "cpu"
+
+
 def choose_precision(student_args: StudentArguments, training_args, model_args, base: str) -> str | None:
     """Set the run's mixed precision and weights dtype for this machine (train/precision.py) before
     anything is built; the note says what changed."""
@@ -206,8 +213,8 @@ def choose_precision(student_args: StudentArguments, training_args, model_args, 
     asked = model_args.dtype
     if asked in (None, "auto"):  # the checkpoint's own dtype, as from_pretrained would load it
         asked = str(AutoConfig.from_pretrained(base).dtype or "float32").removeprefix("torch.")
-    on_cpu = training_args.use_cpu or training_args.device.type == "cpu"
-    mixed, dtype, note = cpu_precision(training_args.mixed_precision, asked, on_cpu, native_cpu_bf16(), student_args.bf16_fallback)
+    mixed, dtype, note = cpu_precision(training_args.mixed_precision, asked, trains_on_cpu(training_args), native_cpu_bf16(),
+                                       student_args.bf16_fallback)
     if note and (mixed, dtype) != (training_args.mixed_precision, asked):
         training_args.mixed_precision, training_args.bf16, model_args.dtype = mixed, mixed == "bf16", dtype  # the Accelerator reads mixed_precision
     if note:
@@ -241,6 +248,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     from fastvista.contract import write_format
     from fastvista.models import resolve_model
     from fastvista.precision import native_cpu_bf16
+    from fastvista.train.lm_head import lm_head_positions
     from fastvista.train.report import parse_rate, plot_losses, steady_tokens_per_s
 
     started = time.perf_counter()
@@ -259,6 +267,9 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), **{k: v for k, v in init.items() if v}}
     if student_args.label_weight <= 0:
         raise ValueError(f"label_weight must be positive, not {student_args.label_weight}")
+    # what the fused LM head projects on a CPU (train/lm_head.py); elsewhere TRL decides
+    positions = lm_head_positions(student_args.lm_head_positions)  # refuses a value other than answer or all
+    positions = positions if trains_on_cpu(training_args) else "trl"
     trainer_class = SFTTrainer
     if student_args.label_weight != 1:
         from fastvista.train.label_weight import decision_weighted
@@ -279,7 +290,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
         trainer.accelerator.print(f"--resume: no checkpoint in {training_args.output_dir}, starting fresh")
     # what the Accelerator and the loaded weights actually use, not only what was asked
     current = {"mixed_precision": trainer.accelerator.mixed_precision, "dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
-               "native_cpu_bf16": native_cpu_bf16(), "note": precision_note}
+               "native_cpu_bf16": native_cpu_bf16(), "note": precision_note, "lm_head_positions": positions}
     chunks, resume_note = precision_chunks(Path(training_args.output_dir), checkpoint, current, trainer.accelerator.is_main_process)
     precision = {**current, "resume_note": resume_note, "chunks": chunks}
     if student_args.snapshot_examples:

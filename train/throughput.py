@@ -45,7 +45,8 @@ def row(record: dict) -> dict:
             "peak_memory_mb": record.get("peak_memory_mb"), "train_runtime_s": record.get("train_runtime_s"),
             "last_loss": losses[-1] if losses else None, "examples": record.get("examples", {}).get("train"),
             # what the run trained in: a bf16 variant trains in float32 on a CPU without native bf16 unless it keeps bf16
-            "precision": {k: record["precision"].get(k) for k in ("mixed_precision", "dtype")} if record.get("precision") else None}
+            "precision": {k: record["precision"].get(k) for k in ("mixed_precision", "dtype")} if record.get("precision") else None,
+            "lm_head_positions": (record.get("precision") or {}).get("lm_head_positions")}
 
 
 def table(rows: dict[str, dict]) -> str:
@@ -57,12 +58,12 @@ def table(rows: dict[str, dict]) -> str:
         return (r["steady_tokens_per_s"] if steady else r["tokens_per_s"]) or 0
 
     fastest = max(rate(r) for r in rows.values()) or None
-    lines = ["| variant | trained in | train tokens/s | after the first step | vs fastest | peak MB | loss at the last step | examples |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| variant | trained in | LM head projects | train tokens/s | after the first step | vs fastest | peak MB | loss at the last step "
+             "| examples |", "|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         ratio = f"{rate(r) / fastest:.2f}" if fastest and rate(r) else "-"
         trained_in = "{mixed_precision} mixed, {dtype} weights".format(**r["precision"]) if r.get("precision") else "-"
-        lines.append(f"| {name} | {trained_in} | {r['tokens_per_s']} | {r.get('steady_tokens_per_s') or '-'} | {ratio} | {r['peak_memory_mb']} "
+        lines.append(f"| {name} | {trained_in} | {r.get('lm_head_positions') or '-'} | {r['tokens_per_s']} | {r.get('steady_tokens_per_s') or '-'} | {ratio} | {r['peak_memory_mb']} "
                      f"| {r['last_loss']} | {r['examples']} |")
     return "\n".join(lines)
 
