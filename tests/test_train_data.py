@@ -71,11 +71,14 @@ def test_train_speed_runs_each_variant_as_the_training_script_with_its_keys(tmp_
     assert args["--logging_steps"] == "1"  # the steady throughput needs the token count at every step
     assert args["--eval_file"] == "" and args["--eval_fraction"] == "0"  # a speed run spends nothing on validation
     fast = row({"tokens_per_s": 300.0, "steady_tokens_per_s": 320.0, "peak_memory_mb": 900, "loss": [{"step": 3, "loss": 1.5}],
-                "examples": {"train": 40}, "precision": {"mixed_precision": "no", "dtype": "float32", "note": "trained in float32"}})
+                "examples": {"train": 40}, "precision": {"mixed_precision": "no", "dtype": "float32", "note": "trained in float32",
+                                                         "lm_head_positions": "answer"}})
     slow = row({"tokens_per_s": 150.0, "peak_memory_mb": 1200, "loss": [{"step": 3, "loss": 1.6}], "examples": {"train": 40}})
     text = table({"fast": fast, "slow": slow})
-    # one measure for all rows; each row says what it trained in (a bf16 variant can fall back to float32)
-    assert "| fast | no mixed, float32 weights | 300.0 | 320.0 | 1.00 | 900 | 1.5 | 40 |" in text and "| slow | - | 150.0 | - | 0.50 |" in text
+    # one measure for all rows; each row says what it trained in (a bf16 variant can fall back to float32) and which
+    # positions its LM head projected (a record from before the setting has none)
+    assert "| fast | no mixed, float32 weights | answer | 300.0 | 320.0 | 1.00 | 900 | 1.5 | 40 |" in text
+    assert "| slow | - | - | 150.0 | - | 0.50 |" in text
 
 
 def test_steady_throughput_leaves_out_the_first_step_and_what_falls_between_steps():
