@@ -41,7 +41,7 @@ class StudentArguments:
                 "'float32' trains in float32 and records it, 'keep' trains in bf16 anyway, 'fail' refuses (train/precision.py)."})
     lm_head_positions: str = field(default="answer", metadata={"choices": ["answer", "all"],
         "help": "On a CPU, the positions TRL's fused LM head projects: 'answer' (those trained on: the same loss and gradients, "
-                "a step of Qwen2.5-0.5B + LoRA faster) or 'all' (TRL's own CPU default); elsewhere TRL decides (train/lm_head.py)."})
+                "1.37x the tokens/s for Qwen2.5-0.5B + LoRA) or 'all' (TRL's own CPU default); elsewhere TRL decides (train/lm_head.py)."})
     stop_after_minutes: float = field(default=0.0, metadata={
         "help": "End this chunk of a long run at the first optimizer step after this many minutes of training: a checkpoint "
                 "is saved and the run exits 75 with no final adapter; run it again with --resume true to go on (0: no limit)."})
