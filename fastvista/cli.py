@@ -940,5 +940,22 @@ def merge(
         fail(str(e))
 
 
+@app.command("average")
+def average(
+    adapters: List[Path] = typer.Argument(..., help="Two or more adapter folders or training checkpoints of one run (the same base, rank and modules)."),
+    out: Path = typer.Option(..., "--out", "-o", help="A new folder for the averaged adapter (rank K*r, with the student format the inputs record)."),
+):
+    """Average LoRA checkpoints of one run into one adapter: the exact mean of their deltas. At a
+    constant learning rate the mean of the last checkpoints is close to what a decaying rate would reach."""
+    from fastvista.train.average import average as average_adapters
+
+    try:
+        record = average_adapters(adapters, out)
+    except (OSError, ValueError, RuntimeError) as e:
+        fail(str(e))
+    typer.echo(f"averaged adapter in {out} (rank {record['rank']}: `fastvista merge` it for a CPU engine; "
+               f"served unmerged it needs max_lora_rank >= {record['rank']})")
+
+
 if __name__ == "__main__":
     sys.exit(app())
