@@ -943,18 +943,27 @@ def merge(
 @app.command("average")
 def average(
     adapters: List[Path] = typer.Argument(..., help="Two or more adapter folders or training checkpoints of one run (the same base, rank and modules)."),
-    out: Path = typer.Option(..., "--out", "-o", help="A new folder for the averaged adapter (rank K*r, with the student format the inputs record)."),
+    out: Path = typer.Option(..., "--out", "-o", help="A new folder for the averaged adapter (with the student format the inputs record)."),
+    rank: Optional[int] = typer.Option(None, "--rank", min=1, help="Truncate the mean to rank N by SVD, each module's best rank-N "
+                                       "approximation (averaged.json records the share of each delta's squared norm kept): K*r/N times "
+                                       "smaller to ship. Default: the exact mean, rank K*r."),
 ):
-    """Average LoRA checkpoints of one run into one adapter: the exact mean of their deltas. At a
-    constant learning rate the mean of the last checkpoints is close to what a decaying rate would reach."""
+    """Average LoRA checkpoints of one run into one adapter: the exact mean of their deltas (rank K*r),
+    or with --rank its best rank-N approximation. At a constant learning rate the mean of the last
+    checkpoints is close to what a decaying rate would reach."""
     from fastvista.train.average import average as average_adapters
 
     try:
-        record = average_adapters(adapters, out)
+        record = average_adapters(adapters, out, rank)
     except (OSError, ValueError, RuntimeError) as e:
         fail(str(e))
     typer.echo(f"averaged adapter in {out} (rank {record['rank']}: `fastvista merge` it for a CPU engine; "
                f"served unmerged it needs max_lora_rank >= {record['rank']})")
+    if "norm_kept" in record:
+        kept = record["norm_kept"]
+        if kept["least"] is not None:
+            typer.echo(f"truncated from rank {record['exact_rank']}: kept {kept['mean_over_modules']:.4f} of each module's squared "
+                       f"norm on average, {kept['least']:.4f} at least ({kept['least_module']})")
 
 
 if __name__ == "__main__":

@@ -107,3 +107,58 @@ def test_checkpoints_whose_module_lists_are_written_in_another_order_average(tin
     result = CliRunner().invoke(cli.app, ["average", str(a), str(b), "-o", str(tmp_path / "mean")])
     assert result.exit_code == 0, result.output
     assert "rank 4" in result.output
+
+
+@pytest.mark.parametrize("rslora", [False, True])
+def test_a_truncated_mean_merges_into_the_best_low_rank_approximation_of_the_exact_mean(tiny_model, tmp_path, rslora):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    sources = [adapter(tiny_model, tmp_path / f"checkpoint-{i}", seed=i, use_rslora=rslora) for i in range(3)]
+    write_format(sources[-1], FORMAT)
+    for name, extra in (("mean", []), ("rank2", ["--rank", "2"])):
+        result = CliRunner().invoke(cli.app, ["average", *map(str, sources), "-o", str(tmp_path / name), *extra])
+        assert result.exit_code == 0, result.output
+
+    base = merged_state(tiny_model, sources[0])  # keys only
+    plain = AutoModelForCausalLM.from_pretrained(str(tiny_model)).state_dict()
+    exact, small = merged_state(tiny_model, tmp_path / "mean"), merged_state(tiny_model, tmp_path / "rank2")
+    provenance = json.loads((tmp_path / "rank2" / "averaged.json").read_text())
+    kept = []
+    for key in base:
+        delta = (exact[key] - plain[key]).double()
+        if not delta.abs().sum():
+            assert torch.equal(small[key], plain[key]), key
+            continue
+        u, values, vh = torch.linalg.svd(delta)
+        best = (u[:, :2] * values[:2]) @ vh[:2]
+        assert torch.allclose((small[key] - plain[key]).double(), best, atol=1e-5), key
+        assert values[2] > 1e-4, "the exact mean must have rank above 2 for the test to mean anything"
+        kept.append(float((values[:2] ** 2).sum() / (values ** 2).sum()))
+    assert json.loads((tmp_path / "rank2" / "adapter_config.json").read_text())["r"] == 2
+    assert provenance["rank"] == 2 and provenance["exact_rank"] == 6
+    assert provenance["norm_kept"]["least"] == pytest.approx(min(kept), abs=1e-6)
+    assert provenance["norm_kept"]["mean_over_modules"] == pytest.approx(sum(kept) / len(kept), abs=1e-6)
+
+
+def test_a_rank_above_the_exact_means_is_refused(tiny_model, tmp_path):
+    sources = [adapter(tiny_model, tmp_path / f"checkpoint-{i}", seed=i) for i in range(2)]
+    write_format(sources[-1], FORMAT)
+    result = CliRunner().invoke(cli.app, ["average", *map(str, sources), "-o", str(tmp_path / "mean"), "--rank", "5"])
+    assert result.exit_code != 0
+    assert "rank 5" in result.output and "4" in result.output
+    assert not (tmp_path / "mean").exists() and not (tmp_path / "mean.partial").exists()
+
+
+def test_a_bias_trained_adapter_is_refused_and_an_input_is_never_the_build_folder(tiny_model, tmp_path):
+    sources = [adapter(tiny_model, tmp_path / f"checkpoint-{i}", seed=i, lora_bias=True) for i in range(2)]
+    write_format(sources[-1], FORMAT)
+    result = CliRunner().invoke(cli.app, ["average", *map(str, sources), "-o", str(tmp_path / "mean")])
+    assert result.exit_code != 0 and "lora_bias" in result.output  # PEFT scales the bias with B A
+
+    inside = tmp_path / "part"
+    plain = [adapter(tiny_model, inside / name, seed=i) for i, name in enumerate(("mean.partial", "c2"))]
+    write_format(plain[-1], FORMAT)
+    result = CliRunner().invoke(cli.app, ["average", *map(str, plain), "-o", str(inside / "mean")])
+    assert result.exit_code != 0 and "mean.partial" in result.output
+    assert (inside / "mean.partial" / "adapter_model.safetensors").exists()

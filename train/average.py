@@ -6,8 +6,10 @@ to what a decaying rate would have reached, without training again. The mean of 
 s * B_k A_k is itself a LoRA, exactly, of rank K*r: the A matrices stacked, the B matrices side by
 side, and the 1/K folded into the scale s (not into B, where bf16 would round it). It merges and is
 scored like any other adapter; served unmerged, its rank K*r must fit the engine's max_lora_rank.
+Shipped, K times the adapter's size is a cost: `rank` factors each module's mean delta to its best
+rank-N approximation (truncated SVD) and records the share of each delta kept.
 
-    fastvista average runs/x/checkpoint-120 runs/x/checkpoint-130 runs/x/student -o runs/x/tail_mean
+    fastvista average runs/x/checkpoint-120 runs/x/checkpoint-130 runs/x/student -o runs/x/tail_mean [--rank 16]
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ CONFIG = "adapter_config.json"
 CARRIED = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 STACKED = ("lora_A.weight", "lora_embedding_A")  # rank along dim 0
 SIDE_BY_SIDE = ("lora_B.weight", "lora_embedding_B")  # rank along dim 1
-# what a delta adds linearly, averaged as it is: a LoRA bias, a fully trained module, trained tokens
-AVERAGED = ("lora_B.bias", "trainable_tokens_delta")
-AVERAGED_PARTS = (".modules_to_save.",)
+# what a delta adds unscaled, averaged as it is: trained tokens
+AVERAGED = ("trainable_tokens_delta",)
 # config keys that may differ between checkpoints of one run without changing what a delta means
 FREE_KEYS = {"inference_mode", "revision"}
 UNORDERED_KEYS = {"target_modules"}  # PEFT writes a set, in the process's hash order
-# settings under which a mean of deltas is not a plain LoRA of the stacked matrices
-VARIANTS = ("use_dora", "use_qalora", "use_bdlora", "kasa_config", "monteclora_config", "arrow_config",
+# settings under which a mean of deltas is not a plain LoRA of the stacked matrices (lora_bias: PEFT
+# scales the bias with B A, so a mean of biases under the mean's own scale is not the mean)
+VARIANTS = ("lora_bias", "use_dora", "use_qalora", "use_bdlora", "kasa_config", "monteclora_config", "arrow_config",
             "target_parameters", "alora_invocation_tokens", "layer_replication", "rank_pattern", "alpha_pattern")
 PLAIN_INIT = (True, False, "gaussian")  # other initialisations (PiSSA, OLoRA, LoftQ...) change the base weights
 
@@ -40,9 +42,10 @@ def kind(key: str) -> str:
         return "stacked"
     if key.endswith(SIDE_BY_SIDE):
         return "side by side"
-    if key.endswith(AVERAGED) or any(part in key for part in AVERAGED_PARTS):
+    if key.endswith(AVERAGED):
         return "averaged"
-    raise ValueError(f"{key}: a tensor of a LoRA variant whose mean is not known to be a LoRA")
+    raise ValueError(f"{key}: a tensor of a LoRA variant, or a whole module PEFT saved beside the adapter (modules_to_save, "
+                     "embedding layers), whose mean is not known to be a LoRA")
 
 
 def averaged_weights(states: list[dict], names: list[str]) -> dict:
@@ -103,16 +106,51 @@ def averaged_config(configs: list[dict], names: list[str]) -> dict:
     return {**configs[-1], "r": first["r"] * k, "lora_alpha": alpha}
 
 
+def lora_scale(config: dict) -> float:
+    """What PEFT multiplies B A by: alpha / r, or alpha / sqrt(r) with rsLoRA."""
+    return config["lora_alpha"] / (config["r"] ** 0.5 if config.get("use_rslora") else config["r"])
+
+
+def truncated(weights: dict, config: dict, rank: int) -> tuple[dict, dict, dict]:
+    """Each module's delta s * B A refactored to its best rank-`rank` approximation (Eckart-Young):
+    QR of B and of A^T leave a small K*r square whose SVD gives the delta's singular values; the
+    kept ones are split evenly between the new B and A (scale 1, the config's alpha set to match).
+    Returns the weights, their config and, for each module whose delta is not zero, the share of its
+    squared Frobenius norm kept."""
+    import torch
+
+    if not 1 <= rank <= config["r"]:
+        raise ValueError(f"rank {rank}: must be between 1 and the mean's own rank {config['r']} (K checkpoints x their rank)")
+    scale, out, kept = lora_scale(config), dict(weights), {}
+    for a_key in sorted(k for k in weights if k.endswith(STACKED)):
+        b_key = a_key.replace("lora_A.weight", "lora_B.weight").replace("lora_embedding_A", "lora_embedding_B")
+        a, b = weights[a_key], weights[b_key]
+        q_b, r_b = torch.linalg.qr(b.double())
+        q_a, r_a = torch.linalg.qr(a.double().T)
+        u, values, vh = torch.linalg.svd(scale * r_b @ r_a.T)
+        module = a_key.rsplit(".lora_", 1)[0]
+        if rank > len(values):
+            raise ValueError(f"rank {rank}: above what {module}'s delta ({b.shape[0]} x {a.shape[1]}) can have ({len(values)})")
+        root = values[:rank].sqrt()
+        out[b_key] = ((q_b @ u[:, :rank]) * root).to(b.dtype).contiguous()
+        out[a_key] = (root[:, None] * (vh[:rank] @ q_a.T)).to(a.dtype).contiguous()
+        total = float((values ** 2).sum())
+        if total:  # a module that never moved has nothing to keep
+            kept[module] = float((values[:rank] ** 2).sum()) / total
+    return out, {**config, "r": rank, "lora_alpha": rank ** 0.5 if config.get("use_rslora") else rank}, kept
+
+
 def refused_output(out: Path, adapters: list[Path]) -> str | None:
     """Why `out` may not be written: an existing folder is never replaced, and neither an input
-    nor a folder holding one is ever touched."""
+    nor a folder holding one is ever touched (nor by the `.partial` folder it is built in)."""
     target = out.resolve()
     if out.name in ("", ".", "..") or target == target.parent:
         return f"{out}: name a new folder for the averaged adapter"
     for adapter in adapters:
         source = adapter.resolve()
-        if target == source or target in source.parents or source in target.parents:
-            return f"{out}: overlaps the input {adapter}"
+        for written in (target, target.with_name(target.name + ".partial")):
+            if written == source or written in source.parents or source in written.parents:
+                return f"{out}: overlaps the input {adapter}" + (f" (built in {written.name})" if written != target else "")
     if target.exists():
         return f"{out}: exists; the averaged adapter goes to a new folder (remove it first to write it again)"
     return None
@@ -134,10 +172,11 @@ def _read(adapter: Path) -> tuple[dict, dict]:
         raise ValueError(f"{adapter / WEIGHTS}: unreadable ({e})") from None
 
 
-def average(adapters: list[Path], out: Path) -> dict:
+def average(adapters: list[Path], out: Path, rank: int | None = None) -> dict:
     """The adapters' mean written to `out` (a new folder; built aside, renamed in), with the
     student format they share, the last one's tokenizer files, and `averaged.json` naming the
-    sources by their content sha256. Returns that record (with the rank)."""
+    sources by their content sha256. With `rank`, the mean truncated to that rank (`truncated`).
+    Returns that record (with the rank)."""
     from safetensors.torch import save_file
 
     from fastvista.contract import read_format, write_format
@@ -171,16 +210,27 @@ def average(adapters: list[Path], out: Path) -> dict:
 
     record = {"rule": "mean of the LoRA deltas", "rank": config["r"],
               "sources": [{"adapter": n, "content_sha256": d} for n, d in zip(names, digests)]}
+    if rank is not None and rank != config["r"]:
+        weights, config, kept = truncated(weights, config, rank)
+        worst = min(kept, key=kept.get) if kept else None
+        record.update(rule=f"mean of the LoRA deltas, truncated to rank {rank} by SVD", rank=rank, exact_rank=record["rank"],
+                      norm_kept={"of": "each LoRA module's mean delta, its squared Frobenius norm (modules whose delta is zero left out)",
+                                 "least": kept.get(worst), "least_module": worst,
+                                 "mean_over_modules": sum(kept.values()) / len(kept) if kept else None, "modules": kept})
     partial = out.resolve().with_name(out.resolve().name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(partial, ignore_errors=True)  # refused_output keeps inputs out of it
     partial.mkdir(parents=True)
-    save_file(weights, str(partial / WEIGHTS), metadata={"format": "pt"})
-    (partial / CONFIG).write_text(json.dumps(config, indent=2))
-    write_format(partial, next(iter(formats.values())))
-    for name in CARRIED:
-        source = next((a / name for a in reversed(adapters) if (a / name).exists()), None)
-        if source is not None:
-            shutil.copy2(source, partial / name)
-    (partial / "averaged.json").write_text(json.dumps(record, indent=2))
+    try:
+        save_file(weights, str(partial / WEIGHTS), metadata={"format": "pt"})
+        (partial / CONFIG).write_text(json.dumps(config, indent=2))
+        write_format(partial, next(iter(formats.values())))
+        for name in CARRIED:
+            source = next((a / name for a in reversed(adapters) if (a / name).exists()), None)
+            if source is not None:
+                shutil.copy2(source, partial / name)
+        (partial / "averaged.json").write_text(json.dumps(record, indent=2))
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     partial.rename(out)
     return record
