@@ -7,7 +7,8 @@ the same base model, the same hardware and the same dialogues.
 
 Configurations (each on vLLM with prefix caching unless said otherwise):
 - `teacher`: the shipped teacher settings (label scores from log-probabilities), batched
-  across dialogues in rounds; `teacher (text labels)`: labels read from the answer's text. The
+  across dialogues in rounds (`schedule: continuous`: each dialogue's next calls join the
+  running batch as soon as its last return, for every in-process row); `teacher (text labels)`: labels read from the answer's text. The
   faster of the two is the teacher's strongest configuration.
 - `teacher, no prefix cache`: the same pipeline on an engine without prefix caching, as a plain
   per-call pipeline runs.
@@ -60,7 +61,7 @@ from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, tur
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.records_io import read_scored, write_json
 from fastvista.protocol import check_completion, usage_of
-from fastvista.scheduler import SCHEDULES, run_reporting_failures
+from fastvista.scheduler import SCHEDULES, Schedule, run_reporting_failures
 from fastvista.schema import Usage
 from fastvista.models import resolve_model
 from fastvista.scoring import scored_dialogue
@@ -117,6 +118,7 @@ def measure(name: str, dialogues, machine, backend, out: Path, schedule: str = "
         "prompt_tokens_per_turn": round(stats.prompt_tokens / len(turns), 1),
         "completion_tokens_per_turn": round(stats.completion_tokens / len(turns), 1),
         "failed_dialogues": len(stats.failed),
+        "schedule": schedule,
         "results": str(path),
         "failures": str(failures),
     }
@@ -227,6 +229,9 @@ class SpeedConfig(BaseModel):
     dtype: str = "bfloat16"  # float32 on a CPU without native bf16 unless keep_bf16_on_cpu (fastvista/precision.py)
     keep_bf16_on_cpu: bool = False
     skip_plain: bool = False  # skip the teacher without prefix caching (the slowest row)
+    # of the in-process rows: waves, or continuous (each dialogue's next call joins the running
+    # batch as soon as its last returns; the served rows name their own)
+    schedule: Schedule = "waves"
     only: list[str] = Field(default_factory=list)  # run only these rows; the others are kept from OUT/speed.json
     served: bool = False  # also run teacher and student behind `vllm serve` (same weights and settings)
     port: int = 8011  # of the server that `served` starts
@@ -265,6 +270,7 @@ def run_settings(args: SpeedConfig) -> dict:
 
     models = {"model": args.model, "teacher_model": args.teacher_model, "window_model": args.window_model}
     unused = {"window_max_tokens", "window_max_claims"} if not args.window_model or args.window_forced else set()
+    unused |= {"schedule"} if args.schedule == "waves" else set()  # the settings of runs from before the setting stay as they were
     return {**args.model_dump(exclude={"only", "served", "port", "concurrency", "skip_plain", "data", *unused}), "data": args.data.model_dump(),
             "teacher": load_config(args.teacher_config, []).get("teacher", {}),
             **computed_dtype(args),
@@ -350,7 +356,7 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
         for row in [name] + [row for row, of in DEPENDS.items() if of == name]:
             configs.pop(row, None)
         keep()
-        configs[name] = measure(name, *how, **where)
+        configs[name] = measure(name, *how, **{"schedule": args.schedule, **where})
         base = DEPENDS.get(name)
         if base and name.endswith("n-gram"):
             configs[name]["identical"] = same_outputs(configs[base]["results"], configs[name]["results"])
@@ -410,7 +416,7 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
                                                  concurrency=args.concurrency, timeout=600))
             for name, machine, schedule in served_rows:
                 if wanted(name):
-                    measured(name, dialogues, machine, backend, out, schedule, server=url)
+                    measured(name, dialogues, machine, backend, out, schedule=schedule, server=url)
     result = save(args, settings, out, len(dialogues), configs)
     if "speedup" not in result:
         raise ValueError("the ratios need a teacher row and a student row: run them too (or run without --only)")

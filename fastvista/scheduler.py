@@ -4,7 +4,9 @@ backend and writes each result the moment its dialogue finishes.
 - **Waves** (`waves`): each round, the pending requests of every open dialogue go to the engine
   as one batch, so the engine stays full although each dialogue is sequential.
 - **Continuous** (`continuous`): each dialogue's calls go out on their own, its next ones as soon
-  as its last return (for servers and hosted APIs, which batch whatever is in flight).
+  as its last return: no wave waits for its longest answer. In-process vLLM is stepped on this
+  thread and takes each call into its running batch; servers and hosted APIs get each call on a
+  thread and batch whatever is in flight.
 - **Resume**: finished dialogues are appended and fsynced at once; a killed run resumes by
   skipping the dialogues already written (if their input and settings are unchanged) and
   answering the rest from the call cache.
@@ -279,29 +281,63 @@ class _Run:
 
     def continuously(self, backend: Backend) -> None:
         """One call per open dialogue in flight; each dialogue advances the moment its call returns.
-        The machines, the output and the counts stay on this thread; only `generate` runs on others."""
-        if not getattr(backend, "concurrent", False):
-            raise ValueError(f"the continuous schedule needs a backend that takes concurrent calls (openai, e.g. vllm serve); "
-                             f"{backend.name} does not: use the waves schedule")
-        flying: dict[Future, str] = {}
-        with ThreadPoolExecutor(max_workers=self.max_active) as pool:
+        An engine this thread steps (in-process vLLM) is stepped here; a backend that takes
+        concurrent calls (openai) gets each call on a thread of its own. The machines, the output
+        and the counts stay on this thread."""
+        if getattr(backend, "stepping", False):
+            self.keep_in_flight(backend)
+        elif getattr(backend, "concurrent", False):
+            with ThreadPoolExecutor(max_workers=self.max_active) as pool:
+                self.keep_in_flight(_InThreads(backend, pool))
+        else:
+            raise ValueError(f"the continuous schedule needs a backend that takes calls as they come (vllm in process, or openai, "
+                             f"e.g. vllm serve); {backend.name} does not: use the waves schedule")
 
-            def send_waiting() -> None:
-                busy = set(flying.values())
-                for i, (_, requests) in list(self.active.items()):
-                    if i not in busy:
-                        flying[pool.submit(backend.generate, requests)] = i
+    def keep_in_flight(self, calls) -> None:
+        """Each open dialogue's pending calls submitted at once; its answers handed back as the
+        backend returns them, and its next calls submitted then. A run that stops midway abandons
+        what is still in flight, so none of it answers a later call."""
+        flying: dict = {}  # ticket -> dialogue
 
+        def send_waiting() -> None:
+            busy = set(flying.values())
+            for i, (_, requests) in list(self.active.items()):
+                if i not in busy:
+                    flying[calls.submit(requests)] = i
+
+        try:
             send_waiting()
             while flying:
-                finished_calls, _ = wait(flying, return_when=FIRST_COMPLETED)
-                for future in finished_calls:
-                    i = flying.pop(future)
-                    completions = future.result()
+                for ticket, completions in calls.step():
+                    i = flying.pop(ticket)
                     self.count(completions)
                     self.advance(i, completions)
                 self.refill()
                 send_waiting()
+        except BaseException:
+            calls.abandon()
+            raise
+
+
+class _InThreads:
+    """`submit` / `step` / `abandon` over a backend whose blocking `generate` takes concurrent
+    calls: each call on a thread of the pool."""
+
+    def __init__(self, backend: Backend, pool: ThreadPoolExecutor):
+        self.backend, self.pool, self.flying = backend, pool, set()
+
+    def submit(self, requests: list[ChatRequest]) -> Future:
+        future = self.pool.submit(self.backend.generate, requests)
+        self.flying.add(future)
+        return future
+
+    def step(self) -> list[tuple[Future, list[Completion]]]:
+        done, self.flying = wait(self.flying, return_when=FIRST_COMPLETED)
+        return [(future, future.result()) for future in done]
+
+    def abandon(self) -> None:
+        for future in self.flying:
+            future.cancel()
 
 
 def run(

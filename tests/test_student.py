@@ -120,8 +120,71 @@ def test_continuous_schedule_sends_a_dialogues_next_turn_without_waiting_for_the
     assert again.cached_calls == 4
 
 
-def test_continuous_schedule_refuses_an_in_process_engine(tmp_path):
-    with pytest.raises(ValueError, match="concurrent calls"):
+class SteppedStudent(ScriptedStudent):
+    """An engine the scheduler steps (as in-process vLLM): each step answers one open ticket, s1's
+    before s0's, so s0's first call stays open while s1 asks its second turn, which only a
+    schedule without waves allows."""
+
+    stepping = True
+
+    def __init__(self):
+        super().__init__()
+        self.open: dict[int, list] = {}
+        self.order: list[str] = []  # the dialogue of each submitted call, in order
+        self.abandoned: list[int] = []
+
+    def submit(self, requests):
+        ticket = len(self.order)
+        self.order.append("s1" if "Louvre 1?" in requests[0].messages[-1]["content"] else "s0")
+        self.open[ticket] = requests
+        return ticket
+
+    def step(self):
+        ticket = min(self.open, key=lambda t: (self.order[t] != "s1", t))
+        return [(ticket, self.generate(self.open.pop(ticket)))]
+
+    def abandon(self):
+        self.abandoned.extend(self.open)
+        self.open.clear()
+
+
+def test_continuous_schedule_steps_an_in_process_engine_and_abandons_what_a_stopped_run_leaves(tmp_path):
+    from fastvista.llm.cache import CachedBackend
+    from fastvista.records_io import read_scored
+
+    machine = lambda d: score_dialogue(d, StudentConfig(), True)  # noqa: E731
+    stepped = CachedBackend(SteppedStudent(), tmp_path / "calls.sqlite")
+    stats = run([chat(0), chat(1)], machine, lambda: stepped, tmp_path / "c.jsonl", progress=False, schedule="continuous")
+    # s1's second call went out while s0's first was still open, and s1 was written first
+    assert stepped.backend.order[:3] == ["s0", "s1", "s1"] and stats.rounds == 2 and stats.calls == 4
+    assert [d.id for d in read_scored(tmp_path / "c.jsonl")] == ["s1", "s0"]
+    run([chat(0), chat(1)], machine, lambda: ScriptedStudent(), tmp_path / "w.jsonl", progress=False)
+    labels = lambda path: {d.id: [[(c.text, c.label) for c in t.claims] for t in d.turns] for d in read_scored(path)}  # noqa: E731
+    assert labels(tmp_path / "c.jsonl") == labels(tmp_path / "w.jsonl")
+    # the cache answers a rerun whole, without submitting a call to the engine
+    again = run([chat(0), chat(1)], machine, lambda: stepped, tmp_path / "again.jsonl", progress=False, schedule="continuous")
+    assert again.cached_calls == 4 and len(stepped.backend.order) == 4
+
+    def stops(d):  # s1's first answer stops the run (not a dialogue that fails closed), s0's call still open
+        gen = machine(d)
+        requests = next(gen)
+        while True:
+            answers = yield requests
+            if d.id == "s1":
+                raise KeyboardInterrupt
+            try:
+                requests = gen.send(answers)
+            except StopIteration as done:
+                return done.value
+
+    engine = SteppedStudent()
+    with pytest.raises(KeyboardInterrupt):
+        run([chat(0), chat(1)], stops, lambda: engine, tmp_path / "stopped.jsonl", progress=False, schedule="continuous")
+    assert engine.abandoned == [0] and not engine.open  # s0's call, submitted before s1 stopped the run
+
+
+def test_continuous_schedule_refuses_a_backend_that_takes_one_batch_at_a_time(tmp_path):
+    with pytest.raises(ValueError, match="takes calls as they come"):
         run([chat(0)], lambda d: score_dialogue(d, StudentConfig(), True), lambda: ScriptedStudent(), tmp_path / "r.jsonl",
             progress=False, schedule="continuous")
 

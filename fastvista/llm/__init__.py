@@ -47,6 +47,10 @@ class Backend(Protocol):
     name: str  # identifies the model for the cache (with the config's content fingerprint)
     supports_constraints: bool  # can force `regex` / `json_schema`
     concurrent: bool  # `generate` may be called from several threads at once (the continuous schedule)
+    # The continuous schedule without threads: `submit` queues one dialogue's calls and returns a
+    # ticket, `step` advances the engine and returns the tickets now answered in full, `abandon`
+    # drops what is still queued (in-process vLLM, whose engine this thread steps)
+    stepping: bool
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]: ...
 

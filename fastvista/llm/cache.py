@@ -10,6 +10,7 @@ Failed completions (`error` set) are not cached: they are tried again next time.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import sqlite3
@@ -72,20 +73,54 @@ class CachedBackend:
         self.name = backend.name
         self.supports_constraints = backend.supports_constraints
         self.concurrent = backend.concurrent
+        self.stepping = getattr(backend, "stepping", False)
+        self.tickets = itertools.count()
+        self.open: dict[int, tuple[list[str], dict[str, Completion], list[str]]] = {}  # ticket -> keys, hits, misses
+        self.sent: dict[int, int] = {}  # the wrapped backend's ticket -> ours
+        self.ready: list[tuple[int, list[Completion]]] = []
 
-    def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+    def lookup(self, requests: list[ChatRequest]) -> tuple[list[str], dict[str, Completion], list[str]]:
+        """Each request's key, the answers the cache has, and the keys to ask for (once each)."""
         keys = [request_key(self.name, r, self.fingerprint) for r in requests]
         hits = self.cache.get_many(list(set(keys)))
-        misses = list(dict.fromkeys(k for k in keys if k not in hits))
+        return keys, hits, list(dict.fromkeys(k for k in keys if k not in hits))
+
+    def answers(self, keys: list[str], hits: dict[str, Completion], misses: list[str], fresh: list[Completion]) -> list[Completion]:
+        """The answers in request order; the fresh ones that succeeded are stored first."""
+        fresh_by_key = dict(zip(misses, fresh))
+        self.cache.put_many({k: c for k, c in fresh_by_key.items() if c.error is None})
+        return [hits[k].model_copy(update={"cached": True}) if k in hits else fresh_by_key[k] for k in keys]
+
+    def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        keys, hits, misses = self.lookup(requests)
+        by_key = dict(zip(keys, requests))
+        return self.answers(keys, hits, misses, self.backend.generate([by_key[k] for k in misses]) if misses else [])
+
+    def submit(self, requests: list[ChatRequest]) -> int:
+        keys, hits, misses = self.lookup(requests)
+        ticket = next(self.tickets)
         if misses:
             by_key = dict(zip(keys, requests))
-            fresh = dict(zip(misses, self.backend.generate([by_key[k] for k in misses])))
-            self.cache.put_many({k: c for k, c in fresh.items() if c.error is None})
+            self.sent[self.backend.submit([by_key[k] for k in misses])] = ticket
+            self.open[ticket] = (keys, hits, misses)
         else:
-            fresh = {}
-        return [
-            hits[k].model_copy(update={"cached": True}) if k in hits else fresh[k] for k in keys
-        ]
+            self.ready.append((ticket, self.answers(keys, hits, [], [])))
+        return ticket
+
+    def step(self) -> list[tuple[int, list[Completion]]]:
+        """The tickets the cache answered whole first (no engine step), else one step of the engine."""
+        if not self.ready:
+            for theirs, fresh in self.backend.step():
+                ticket = self.sent.pop(theirs)
+                self.ready.append((ticket, self.answers(*self.open.pop(ticket), fresh)))
+        done, self.ready = self.ready, []
+        return done
+
+    def abandon(self) -> None:
+        self.backend.abandon()
+        self.open.clear()
+        self.sent.clear()
+        self.ready.clear()
 
     def check(self, adapters: list[str | None]) -> None:
         self.backend.check(adapters)

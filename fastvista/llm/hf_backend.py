@@ -16,6 +16,7 @@ from fastvista.models import resolve_model
 class HFBackend:
     supports_constraints = False
     concurrent = False
+    stepping = False
 
     def __init__(self, config: BackendConfig):
         import torch

@@ -68,6 +68,7 @@ def served_weights(config: BackendConfig) -> dict:
 class OpenAIBackend:
     supports_constraints = True
     concurrent = True  # the server batches concurrent requests
+    stepping = False
 
     def __init__(self, config: BackendConfig):
         import openai

