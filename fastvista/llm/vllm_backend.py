@@ -11,7 +11,8 @@ On a CPU the KV cache is sized in bytes and checked against free memory before t
 starts, and the engine computes on every core (vLLM reserves one by default; on a 2-core machine
 using both made scoring 1.54x faster) in this process (vLLM's default there is an engine process
 and a worker process beside this one, which cost ~9 ms a decoding step on 2 cores: 18 ms instead
-of 27 for one sequence of SmolLM2-135M, docs/speed.md). VLLM_ENABLE_V1_MULTIPROCESSING=1 keeps them.
+of 27 for one sequence of SmolLM2-135M, docs/speed.md), except a speculative engine.
+VLLM_ENABLE_V1_MULTIPROCESSING in the environment decides instead.
 """
 
 from __future__ import annotations
