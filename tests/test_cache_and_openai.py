@@ -11,7 +11,7 @@ def verify_request(claim: str, temperature: float = 0.0) -> ChatRequest:
     return ChatRequest(messages=prompts.verify_messages([], "The sky is blue.", claim, 1), max_tokens=4, temperature=temperature)
 
 
-def test_cache_answers_repeated_calls_without_the_backend(tmp_path):
+def test_cache_answers_repeated_calls_without_the_backend(tmp_path, monkeypatch):
     inner = ScriptedBackend()
     backend = CachedBackend(inner, tmp_path / "c.sqlite")
     first = backend.generate([verify_request("The sky is blue."), verify_request("Grass is red.")])
@@ -23,6 +23,13 @@ def test_cache_answers_repeated_calls_without_the_backend(tmp_path):
     # a different sampling setting is a different call
     third = again.generate([verify_request("Grass is red.", temperature=0.7)])
     assert not third[0].cached and len(again.backend.requests) == 1
+    # so is an answer asked to end at a repeated line (it may be shorter), under its rule's version
+    ended = verify_request("Grass is red.").model_copy(update={"end_on_repeated_line": True})
+    assert not again.generate([ended])[0].cached and again.generate([ended])[0].cached
+    from fastvista.llm import cache
+
+    monkeypatch.setattr(cache, "REPEATED_LINE_RULE", cache.REPEATED_LINE_RULE + 1)
+    assert not again.generate([ended])[0].cached
 
 
 def test_failed_completions_are_not_cached(tmp_path):

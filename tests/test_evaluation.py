@@ -267,6 +267,20 @@ def test_speed_drops_kept_rows_that_replayed_answers_measured_again(tmp_path, mo
     assert again["configurations"]["teacher"] == first["configurations"]["teacher"]
 
 
+def test_speed_keeps_no_row_that_this_version_no_longer_measures(tmp_path, monkeypatch):
+    """A row renamed or retired since speed.json was written describes settings no row has now."""
+    import json
+
+    speed, started, cfg = _speed_setup(tmp_path, monkeypatch, only=["teacher", "student"])
+    first = speed.main(cfg, tmp_path / "out")
+    stored = json.loads((tmp_path / "out" / "speed.json").read_text())
+    stored["configurations"]["student, a retired row"] = first["configurations"]["student"]
+    (tmp_path / "out" / "speed.json").write_text(json.dumps(stored))
+    again = speed.main(cfg.model_copy(update={"only": [speed.ENDED]}), tmp_path / "out")
+    assert list(again["configurations"]) == ["teacher", "student", speed.ENDED]
+    assert again["configurations"][speed.ENDED]["identical"]["turns"] == first["configurations"]["student"]["turns"]
+
+
 def speed_rows():
     from fastvista.evaluation.speed import PREFILL, PREFILL_REFERENCE_FIRST
 

@@ -76,6 +76,21 @@ def test_without_constraints_no_regex_is_sent():
     assert all(r.regex is None and r.lora is None for r in backend.requests)
 
 
+def test_only_per_turn_calls_ask_to_end_at_a_repeated_claim_and_only_when_told():
+    """In a window the same claim may rightly come again in a later turn: never asked there."""
+    def asked(**settings) -> set[bool]:
+        backend = ScriptedStudent()
+        try:
+            drive(score_dialogue(chat(), StudentConfig(adapter=None, **settings), constrained=True), backend)
+        except ScoringFailed:
+            pass  # a scripted window answer may not read; the request was sent
+        return {r.end_on_repeated_line for r in backend.requests}
+
+    assert asked() == {False}
+    assert asked(end_on_repeated_claim=True) == {True}
+    assert asked(end_on_repeated_claim=True, turns_per_call=2) == {False}
+
+
 def test_a_wave_batches_the_next_turn_of_every_open_dialogue(tmp_path):
     backend = ScriptedStudent()
     dialogues = [chat(i) for i in range(20)]
@@ -265,6 +280,23 @@ def test_serve_command_names_adapters_and_keeps_runtime_loading_off(monkeypatch)
     monkeypatch.setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
     assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in server_env()
     assert server_env(allow_runtime_lora=True)["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+
+
+def test_a_served_engine_loads_the_repeated_line_processor_only_where_vllm_can_run_it(monkeypatch):
+    """vLLM's V1 model runner (its CPU backend's) runs the processor; a GPU engine's runner (V2)
+    refuses to start with it, and speculative decoding would show it drafts late."""
+    from fastvista.infer import serve
+    from fastvista.llm import REPEATED_LINE_PROCESSOR
+    from fastvista.llm import vllm_backend
+
+    def loads(**extra) -> bool:
+        cmd = serve.serve_command("base", {}, **extra)
+        return cmd.count("--logits-processors") == 1 and cmd[cmd.index("--logits-processors") + 1] == REPEATED_LINE_PROCESSOR
+
+    monkeypatch.setattr(vllm_backend, "on_cpu", lambda: True)
+    assert loads() and not loads(extra=["--speculative-config", "{}"])
+    monkeypatch.setattr(vllm_backend, "on_cpu", lambda: False)
+    assert "--logits-processors" not in serve.serve_command("base", {})
 
 
 def long_chat() -> Dialogue:

@@ -205,3 +205,31 @@ def test_snapshots_are_saved_and_validated_once_the_first_n_examples_are_seen(tm
     assert early.keys() == final.keys() and any(not (early[k] == final[k]).all() for k in early)  # taken mid-run
     refused = launch(write_config(tmp_path / "bad.yaml", tiny_model, train, tmp_path / "bad", eval_file=str(evals), snapshot_examples=[6]))
     assert refused.returncode != 0 and "train_sampling_strategy: sequential" in refused.stderr
+
+
+def test_a_run_goes_on_from_a_finished_adapter_and_refuses_one_of_another_shape(tmp_path, tiny_model, train_file):
+    """init_adapter starts the LoRA weights from a finished run's: at learning rate 0 the new run's
+    adapter is that run's, weight for weight; a fresh run's is not."""
+    import torch
+    from safetensors.torch import load_file
+
+    first = tmp_path / "first"
+    assert launch(write_config(tmp_path / "a.yaml", tiny_model, train_file, first, max_steps=3)).returncode == 0
+    weights = lambda out: load_file(out / "adapter_model.safetensors")  # noqa: E731
+    trained = weights(first)
+    for name, init in (("went_on", str(first)), ("fresh", "")):
+        out = tmp_path / name
+        done = launch(write_config(tmp_path / f"{name}.yaml", tiny_model, train_file, out, max_steps=2, learning_rate=0.0,
+                                   init_adapter=init, save_steps=1))
+        assert done.returncode == 0, done.stderr[-3000:]
+        same = all(torch.equal(trained[k], v) for k, v in weights(out).items())
+        assert same == bool(init)
+    record = json.loads((tmp_path / "went_on" / "training_record.json").read_text())
+    assert record["init_adapter"]["path"] == str(first) and len(record["init_adapter"]["sha256"]) == 64
+    assert "init_adapter" not in json.loads((tmp_path / "fresh" / "training_record.json").read_text())
+    # a resume must start from what its first chunk started from
+    swapped = launch(tmp_path / "fresh.yaml", "--resume", "true", "--max_steps", "3", "--init_adapter", str(first))
+    assert swapped.returncode != 0 and "started from fresh weights, not from" in swapped.stderr
+    other = launch(write_config(tmp_path / "r4.yaml", tiny_model, train_file, tmp_path / "r4", max_steps=1, lora_r=4,
+                                init_adapter=str(first)))
+    assert other.returncode != 0 and "another LoRA shape: r 8 (this run: 4)" in other.stderr

@@ -45,6 +45,10 @@ class StudentArguments:
     stop_after_minutes: float = field(default=0.0, metadata={
         "help": "End this chunk of a long run at the first optimizer step after this many minutes of training: a checkpoint "
                 "is saved and the run exits 75 with no final adapter; run it again with --resume true to go on (0: no limit)."})
+    init_adapter: str = field(default="", metadata={
+        "help": "Start the LoRA weights from this finished adapter (a run's output folder) instead of fresh ones, to go on "
+                "training it on new examples (a fresh optimizer, warmed up again). Its rank, alpha, target modules and "
+                "student format must be this run's; a resumed checkpoint already holds the weights."})
     snapshot_examples: list[int] = field(default_factory=list, metadata={
         "help": "Also save the adapter in OUTPUT/snapshots/turns_N, and validate, once training has seen the first N examples of "
                 "train_file (in file order: needs train_sampling_strategy sequential and an eval_file): a learning curve from one run."})
@@ -182,7 +186,7 @@ def snapshot_saver(trainer, steps: dict[int, int], out: Path, fmt, tokenizer, re
 
 
 def run_record(student_args: StudentArguments, training_args, model_args, fmt, train: list, held_out: list, length_reports: dict,
-               precision: dict) -> dict:
+               precision: dict, started_with: dict | None = None) -> dict:
     """What a trained adapter was trained on and how: the part of its record a snapshot shares."""
     from fastvista.train.data import file_hash
 
@@ -195,6 +199,7 @@ def run_record(student_args: StudentArguments, training_args, model_args, fmt, t
         "length": length_reports,
         "config": {"student": asdict(student_args), "model": asdict(model_args), "training": training_args.to_dict()},
         "precision": precision,
+        **({"init_adapter": started_with} if started_with else {}),
     }
 
 
@@ -250,6 +255,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     from fastvista.precision import native_cpu_bf16
     from fastvista.train.lm_head import lm_head_positions
     from fastvista.train.report import parse_rate, plot_losses, steady_tokens_per_s
+    from fastvista.train.warm_start import load_adapter_weights, started_from
 
     started = time.perf_counter()
     base = resolve_model(model_args.model_name_or_path)
@@ -288,6 +294,9 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     checkpoint = get_last_checkpoint(training_args.output_dir) if student_args.resume and os.path.isdir(training_args.output_dir) else None
     if student_args.resume and checkpoint is None:
         trainer.accelerator.print(f"--resume: no checkpoint in {training_args.output_dir}, starting fresh")
+    started_with = started_from(student_args.init_adapter, Path(training_args.output_dir), resuming=checkpoint is not None)
+    if student_args.init_adapter and checkpoint is None:
+        started_with = load_adapter_weights(trainer.model, Path(student_args.init_adapter), fmt, model_args, Path(training_args.output_dir))
     # what the Accelerator and the loaded weights actually use, not only what was asked
     current = {"mixed_precision": trainer.accelerator.mixed_precision, "dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
                "native_cpu_bf16": native_cpu_bf16(), "note": precision_note, "lm_head_positions": positions}
@@ -303,7 +312,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
         steps = snapshot_steps([e["id"] for e in read_examples(student_args.train_file)], set(length_reports["train"]["too_long_ids"]),
                                student_args.snapshot_examples, batch)
         trainer.add_callback(snapshot_saver(trainer, steps, Path(training_args.output_dir), fmt, tokenizer,
-                                            run_record(student_args, training_args, model_args, fmt, train, held_out, length_reports, precision)))
+                                            run_record(student_args, training_args, model_args, fmt, train, held_out, length_reports, precision, started_with)))
     chunk = chunk_limit(student_args.stop_after_minutes) if student_args.stop_after_minutes > 0 else None
     if chunk:
         trainer.add_callback(chunk)
@@ -326,7 +335,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
         # the last count, not the largest: a resumed run counts again from 0 (and times only itself)
         tokens = next((h["num_tokens"] for h in reversed(history) if "num_tokens" in h), 0)
         record = {
-            **run_record(student_args, training_args, model_args, fmt, train, held_out, length_reports, precision),
+            **run_record(student_args, training_args, model_args, fmt, train, held_out, length_reports, precision, started_with),
             "loss": [{"step": h["step"], "loss": h["loss"]} for h in history if "loss" in h],
             # by step: the last evaluation and the closing one can fall on the same step
             "eval_loss": [{"step": k, "eval_loss": v} for k, v in {h["step"]: h["eval_loss"] for h in history if "eval_loss" in h}.items()],

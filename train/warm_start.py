@@ -1,4 +1,4 @@
-"""A training checkpoint made from a finished run's adapter, so that a longer run over the same
+"""Going on from a finished run's adapter. Either a training checkpoint made from it, so that a longer run over the same
 examples in the same order goes on where that one ended instead of training its steps again (on a
 2-core CPU, hours). A finished run keeps its adapter but not its optimizer state, so the Trainer
 resumes with a fresh AdamW and a fresh scheduler, which warms up again: the caller records that.
@@ -7,6 +7,8 @@ batch is trained again in the longer run, so no example is skipped."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -70,3 +72,76 @@ def checkpoint_from_adapter(adapter: Path, folder: Path, record: dict, where: Pa
                          stateful_callbacks=[TrainerControl()])  # the Trainer's next checkpoint writes its state again
     state.save_to_json(str(folder / "trainer_state.json"))
     return step
+
+
+INIT_MARKER = "init_adapter.json"  # in a run's output folder: the adapter its weights started from
+
+
+def adapter_sha256(adapter: Path) -> str:
+    """The content of an adapter's weights and config, not of what else its folder holds."""
+    digest = hashlib.sha256()
+    for name in ADAPTER_FILES:
+        digest.update((adapter / name).read_bytes())
+    return digest.hexdigest()
+
+
+def started_from(adapter: str, output_dir: Path, resuming: bool) -> dict | None:
+    """What a run's weights started from (OUTPUT/init_adapter.json): a resumed run must name the
+    adapter its first chunk started from, unchanged, or none if it started fresh."""
+    marker = output_dir / INIT_MARKER
+    if not resuming:  # a fresh start: what an earlier run in this folder started from is not this run's
+        marker.unlink(missing_ok=True)
+        return None
+    before = json.loads(marker.read_text()) if marker.exists() else None
+    now = adapter_sha256(Path(adapter)) if adapter and Path(adapter).is_dir() else None
+    if (before or {}).get("sha256") != now or (adapter and now is None):
+        was = f"{before['path']} (sha256 {before['sha256'][:12]})" if before else "fresh weights"
+        asked = f"{adapter} as it is now" if adapter else "fresh weights"
+        raise ValueError(f"--resume: {output_dir} started from {was}, not from {asked}: resume with the init_adapter it started from")
+    return before
+
+
+def load_adapter_weights(model, adapter: Path, fmt, model_args, output_dir: Path) -> dict:
+    """Put a finished run's LoRA weights into `model` (a fresh PEFT model of the same shape), for a
+    run that trains it further on new examples, and record it in OUTPUT/init_adapter.json.
+    Refused unless its LoRA settings, base and student format are this run's, and every weight
+    finds its place."""
+    from peft import load_peft_weights, set_peft_model_state_dict
+
+    from fastvista.contract import read_format
+
+    if not adapter.is_dir():
+        raise ValueError(f"init_adapter {adapter}: no such folder")
+    if adapter.resolve() == output_dir.resolve():
+        raise ValueError(f"init_adapter {adapter} is this run's output_dir: train into another folder")
+    missing = [name for name in ADAPTER_FILES if not (adapter / name).exists()]
+    if missing:
+        raise ValueError(f"init_adapter {adapter}: no {', '.join(missing)}: not a finished run's adapter")
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    asked = model.peft_config["default"]
+    mine = {"r": asked.r, "lora_alpha": asked.lora_alpha, "use_rslora": asked.use_rslora,
+            "target_modules": sorted(asked.target_modules), "modules_to_save": sorted(asked.modules_to_save or [])}
+    theirs_lora = {k: sorted(config.get(k) or []) if k in ("target_modules", "modules_to_save") else config.get(k, False if k == "use_rslora" else None)
+                   for k in mine}
+    differ = [f"{k} {theirs_lora[k]!r} (this run: {v!r})" for k, v in mine.items() if theirs_lora[k] != v]
+    if differ:
+        raise ValueError(f"init_adapter {adapter}: another LoRA shape: {'; '.join(differ)}")
+    if Path(config.get("base_model_name_or_path", "")).name != Path(str(model_args.model_name_or_path)).name:
+        raise ValueError(f"init_adapter {adapter}: trained on {config.get('base_model_name_or_path')!r}, "
+                         f"not this run's {model_args.model_name_or_path!r}")
+    theirs = read_format(adapter)
+    if theirs is None:
+        raise ValueError(f"init_adapter {adapter}: records no student format (format.json): give a finished run's folder")
+    if theirs != fmt:
+        raise ValueError(f"init_adapter {adapter}: trained on another student format ({theirs}; this run's: {fmt})")
+    started = {"path": str(adapter), "sha256": adapter_sha256(adapter)}
+    result = set_peft_model_state_dict(model, load_peft_weights(str(adapter), device="cpu"))
+    unplaced = list(result.unexpected_keys)
+    unset = [k for k in result.missing_keys if "lora_" in k]
+    if unplaced or unset:
+        example = (unplaced or unset)[0]
+        raise ValueError(f"init_adapter {adapter}: {len(unplaced)} weights fit no place in this model and {len(unset)} of its "
+                         f"LoRA weights were not given, e.g. {example}")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / INIT_MARKER).write_text(json.dumps(started))
+    return started

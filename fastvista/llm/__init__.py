@@ -12,6 +12,13 @@ from typing import Literal, Optional, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 
+# `end_on_repeated_line` in vLLM: the logits processor that does it, the extra argument that asks for
+# it (SamplingParams.extra_args in process, `vllm_xargs` served) and the rule's version (in cache keys)
+REPEATED_LINE_PROCESSOR = "fastvista.llm.repeated_line:EndOnRepeatedLine"
+REPEATED_LINE_ARG = "fastvista_end_on_repeated_line"
+REPEATED_LINE_RULE = 1
+
+
 class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -24,6 +31,11 @@ class ChatRequest(BaseModel):
     json_schema: Optional[dict] = None
     lora: Optional[str] = None  # name of a LoRA adapter the backend was configured with
     logprobs: int = 0  # top-k log-probabilities per generated token (0: none)
+    # End the answer at its first line that repeats an earlier one, numbering aside (a looping
+    # model): only for formats whose complete lines never begin longer ones (fastvista/llm/repeated_line.py).
+    # A vLLM CPU engine honours it, in process or behind `fastvista serve`; other engines (GPU, speculative,
+    # hf, other servers) write the whole answer.
+    end_on_repeated_line: bool = False
 
 
 class TokenLogprob(BaseModel):

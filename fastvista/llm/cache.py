@@ -17,7 +17,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from fastvista.llm import Backend, ChatRequest, Completion
+from fastvista.llm import REPEATED_LINE_RULE, Backend, ChatRequest, Completion
 
 
 def request_key(model: str, request: ChatRequest, fingerprint: dict | None = None) -> str:
@@ -25,7 +25,10 @@ def request_key(model: str, request: ChatRequest, fingerprint: dict | None = Non
     if fingerprint is not None:
         adapter = fingerprint["adapters"].get(request.lora) if request.lora else None
         weights = [fingerprint["model_sha256"], adapter["sha256"] if adapter else None, fingerprint.get("dtype")]
-    payload = json.dumps({"model": model, "weights": weights, "request": request.model_dump()}, sort_keys=True)
+    asked = request.model_dump(exclude=set() if request.end_on_repeated_line else {"end_on_repeated_line"})  # older keys stay valid
+    if request.end_on_repeated_line:  # an answer ended by one version of the rule is not another's
+        asked["end_on_repeated_line"] = REPEATED_LINE_RULE
+    payload = json.dumps({"model": model, "weights": weights, "request": asked}, sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 

@@ -23,7 +23,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from fastvista.llm import BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob, compute_dtype
+from fastvista.llm import REPEATED_LINE_ARG, REPEATED_LINE_PROCESSOR, REPEATED_LINE_RULE, BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob, compute_dtype
 from fastvista.models import resolve_model
 from fastvista.precision import weight_scale
 
@@ -109,6 +109,12 @@ class VLLMBackend:
             seed=0,
             enforce_eager=config.engine_mode == "eager",
         )
+        # end_on_repeated_line: vLLM's V1 model runner (this CPU backend's) runs fastvista's logits
+        # processor; a GPU engine (model runner V2) refuses it, and under speculative decoding it would
+        # see drafts late: there every answer is decoded whole
+        self.ends_repeated_lines = self.cpu and not config.speculative
+        if self.ends_repeated_lines:
+            kwargs["logits_processors"] = [REPEATED_LINE_PROCESSOR]
 
         if config.speculative:
             # speculative decoding's acceptance counters are read from the engine's statistics
@@ -182,6 +188,7 @@ class VLLMBackend:
             stop=r.stop,
             logprobs=r.logprobs or None,
             structured_outputs=structured,
+            extra_args={REPEATED_LINE_ARG: REPEATED_LINE_RULE} if r.end_on_repeated_line and self.ends_repeated_lines else None,
         )
 
     def check(self, adapters: list[str | None]) -> None:
