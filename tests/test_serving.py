@@ -131,13 +131,15 @@ def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(server):
     assert status == 200 and json.loads(text)["choices"][0]["message"]["content"] is not None
 
 
-def test_a_served_answer_ends_at_its_first_repeated_line_like_an_offline_one(offline, server):
+def test_a_served_answer_ends_at_its_first_repeated_line_like_an_offline_one(tiny_model, offline, server):
     """`fastvista serve` loads the logits processor and the request asks through vllm_xargs: the
-    same answer as the engine in process, ended where its second line repeats the first."""
-    request = ChatRequest(messages=[{"role": "user", "content": "List the claims."}], max_tokens=80, lora="student",
+    same answer as the engine in process, ended where its second line repeats the first (the base
+    model, which would go on)."""
+    request = ChatRequest(messages=[{"role": "user", "content": "List the claims."}], max_tokens=80,
                           regex=r"1\. A \| VERIFIED\n2\. A \| VERIFIED(\n[0-9]\. [A-Z]{1,3} \| VERIFIED){0,3}")
     asked = request.model_copy(update={"end_on_repeated_line": True})
+    base = make_backend(BackendConfig(kind="openai", model=str(tiny_model), base_url=server, max_retries=0, timeout=120))
     [plain_offline, asked_offline] = offline.generate([request, asked])
-    [plain_served, asked_served] = served(server).generate([request, asked])
+    [plain_served, asked_served] = base.generate([request, asked])
     assert plain_offline.text == plain_served.text and plain_offline.text.count("\n") >= 2  # the model would go on
     assert asked_offline.text == asked_served.text == "1. A | VERIFIED\n2. A | VERIFIED"
