@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 FORMAT_VERSION = 1  # the renderer's layout (store, reference, history, turn) and the target's
 FILE = "format.json"
@@ -27,7 +27,7 @@ class StudentFormat(BaseModel):
     version: int = FORMAT_VERSION
     layout: Literal["store-first"] = "store-first"
     history_turns: int
-    turns_per_call: int = 1
+    turns_per_call: int = Field(1, ge=1)
     max_store_claims: int
 
 

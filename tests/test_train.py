@@ -230,6 +230,29 @@ def test_a_run_goes_on_from_a_finished_adapter_and_refuses_one_of_another_shape(
     # a resume must start from what its first chunk started from
     swapped = launch(tmp_path / "fresh.yaml", "--resume", "true", "--max_steps", "3", "--init_adapter", str(first))
     assert swapped.returncode != 0 and "started from fresh weights, not from" in swapped.stderr
-    other = launch(write_config(tmp_path / "r4.yaml", tiny_model, train_file, tmp_path / "r4", max_steps=1, lora_r=4,
+    # a refused fresh start into a finished run's folder keeps what that run started from
+    marker = (tmp_path / "went_on" / "init_adapter.json").read_text()
+    other = launch(write_config(tmp_path / "r4.yaml", tiny_model, train_file, tmp_path / "went_on", max_steps=1, lora_r=4,
                                 init_adapter=str(first)))
     assert other.returncode != 0 and "another LoRA shape: r 8 (this run: 4)" in other.stderr
+    assert (tmp_path / "went_on" / "init_adapter.json").read_text() == marker
+    # a per-turn student may start a window student (more turns a call), but not one rendered otherwise
+    from fastvista.contract import read_format
+    from fastvista.train.data import read_examples
+
+    rows = read_examples(train_file)
+    fmt = rows[0]["format"]
+    for name, change, refusal in (("window", {"turns_per_call": 2}, None),
+                                  ("history", {"history_turns": fmt["history_turns"] + 1}, f"history_turns {fmt['history_turns']} (this run: "),
+                                  ("store", {"max_store_claims": fmt["max_store_claims"] - 1}, "max_store_claims")):
+        write_jsonl(tmp_path / f"{name}.jsonl", [{**e, "format": {**e["format"], **change}} for e in rows])
+        done = launch(write_config(tmp_path / f"{name}.yaml", tiny_model, tmp_path / f"{name}.jsonl", tmp_path / name,
+                                   max_steps=1, learning_rate=0.0, init_adapter=str(first), eval_strategy="no", save_strategy="no"))
+        if refusal is None:
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert all(torch.equal(trained[k], v) for k, v in weights(tmp_path / name).items())
+            assert read_format(tmp_path / name).turns_per_call == 2
+            started = json.loads((tmp_path / name / "init_adapter.json").read_text())
+            assert started["turns_per_call"] == 1 and started["sha256"] == record["init_adapter"]["sha256"]
+        else:
+            assert done.returncode != 0 and "trained on another student format: " + refusal in done.stderr

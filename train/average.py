@@ -201,7 +201,7 @@ def average(adapters: list[Path], out: Path, rank: int | None = None) -> dict:
         if fmt is not None:
             formats[str(adapter)] = fmt
     if not formats:
-        raise ValueError(f"none of the adapters records its student format (format.json): include the run's "
+        raise ValueError("none of the adapters records its student format (format.json): include the run's "
                          "final adapter or one of its snapshots")
     if len(set(formats.values())) > 1:
         raise ValueError(f"the adapters were trained with different student formats: {formats}")

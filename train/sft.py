@@ -48,7 +48,8 @@ class StudentArguments:
     init_adapter: str = field(default="", metadata={
         "help": "Start the LoRA weights from this finished adapter (a run's output folder) instead of fresh ones, to go on "
                 "training it on new examples (a fresh optimizer, warmed up again). Its rank, alpha, target modules and "
-                "student format must be this run's; a resumed checkpoint already holds the weights."})
+                "student format must be this run's, except the turns a call (a per-turn student may start a window "
+                "student); a resumed checkpoint already holds the weights."})
     snapshot_examples: list[int] = field(default_factory=list, metadata={
         "help": "Also save the adapter in OUTPUT/snapshots/turns_N, and validate, once training has seen the first N examples of "
                 "train_file (in file order: needs train_sampling_strategy sequential and an eval_file): a learning curve from one run."})

@@ -89,9 +89,10 @@ def started_from(adapter: str, output_dir: Path, resuming: bool) -> dict | None:
     """What a run's weights started from (OUTPUT/init_adapter.json): a resumed run must name the
     adapter its first chunk started from, unchanged, or none if it started fresh."""
     marker = output_dir / INIT_MARKER
-    if not resuming:  # a fresh start: what an earlier run in this folder started from is not this run's
-        marker.unlink(missing_ok=True)
-        return None
+    if not resuming:  # a fresh start: an earlier run's marker goes once this run's start is checked
+        if not adapter:
+            marker.unlink(missing_ok=True)
+        return None  # load_adapter_weights writes the marker once the adapter passes
     before = json.loads(marker.read_text()) if marker.exists() else None
     now = adapter_sha256(Path(adapter)) if adapter and Path(adapter).is_dir() else None
     if (before or {}).get("sha256") != now or (adapter and now is None):
@@ -105,7 +106,8 @@ def load_adapter_weights(model, adapter: Path, fmt, model_args, output_dir: Path
     """Put a finished run's LoRA weights into `model` (a fresh PEFT model of the same shape), for a
     run that trains it further on new examples, and record it in OUTPUT/init_adapter.json.
     Refused unless its LoRA settings, base and student format are this run's, and every weight
-    finds its place."""
+    finds its place. Only the turns scored per call may differ: a per-turn student can start a
+    window student, whose prompt renders the store, reference and history the same way."""
     from peft import load_peft_weights, set_peft_model_state_dict
 
     from fastvista.contract import read_format
@@ -129,12 +131,17 @@ def load_adapter_weights(model, adapter: Path, fmt, model_args, output_dir: Path
     if Path(config.get("base_model_name_or_path", "")).name != Path(str(model_args.model_name_or_path)).name:
         raise ValueError(f"init_adapter {adapter}: trained on {config.get('base_model_name_or_path')!r}, "
                          f"not this run's {model_args.model_name_or_path!r}")
-    theirs = read_format(adapter)
+    try:
+        theirs = read_format(adapter)
+    except ValueError as e:  # unreadable JSON or a field out of the format
+        raise ValueError(f"init_adapter {adapter}/format.json: {e}") from e
     if theirs is None:
         raise ValueError(f"init_adapter {adapter}: records no student format (format.json): give a finished run's folder")
-    if theirs != fmt:
-        raise ValueError(f"init_adapter {adapter}: trained on another student format ({theirs}; this run's: {fmt})")
-    started = {"path": str(adapter), "sha256": adapter_sha256(adapter)}
+    a, b = theirs.model_dump(), fmt.model_dump()
+    differ = [f"{k} {a[k]!r} (this run: {b[k]!r})" for k in a if k != "turns_per_call" and a[k] != b[k]]
+    if differ:
+        raise ValueError(f"init_adapter {adapter}: trained on another student format: {'; '.join(differ)}")
+    started = {"path": str(adapter), "sha256": adapter_sha256(adapter), "turns_per_call": theirs.turns_per_call}
     result = set_peft_model_state_dict(model, load_peft_weights(str(adapter), device="cpu"))
     unplaced = list(result.unexpected_keys)
     unset = [k for k in result.missing_keys if "lora_" in k]
