@@ -47,6 +47,27 @@ def claim_agreement(pairs: list[tuple[list, list]], similarity: Similarity, thre
     }
 
 
+def claim_sources(mine: dict, theirs: dict, keys: list, similarity: Similarity, threshold: float) -> dict:
+    """Where a scorer's claims come from: its own turn's teacher claims (aligned as in recall),
+    another turn of the same dialogue (not aligned in its own turn, but reaching `threshold`
+    against a teacher claim of another turn: a claim written for the wrong turn, the way a
+    dialogue-level pass that does not keep its turns apart fails), or neither."""
+    by_dialogue = defaultdict(list)
+    for d, i in theirs:
+        by_dialogue[d].append(i)
+    own = other = neither = 0
+    for d, i in keys:
+        predicted, reference = [c.text for c in mine[d, i].claims], [c.text for c in theirs[d, i].claims]
+        aligned = {p for p, _ in align(predicted, reference, similarity(predicted, reference), threshold)} if predicted and reference else set()
+        elsewhere = [c.text for j in by_dialogue[d] if j != i for c in theirs[d, j].claims]
+        rest = [c for k, c in enumerate(predicted) if k not in aligned]
+        hits = int((similarity(rest, elsewhere).max(axis=1) >= threshold).sum()) if rest and elsewhere else 0
+        own, other, neither = own + len(aligned), other + hits, neither + len(rest) - hits
+    total = own + other + neither
+    return {"own_turn": own, "another_turn": other, "neither": neither,
+            "another_turn_share": round(other / total, 4) if total else None, "threshold": threshold}
+
+
 def agreement(scorer: list[ScoredDialogue], teacher: list[ScoredDialogue], similarity: Similarity = token_f1_matrix, threshold: float = 0.5) -> dict:
     """How closely `scorer` agrees with the teacher on the same dialogues."""
     mine, theirs = _turns(scorer), _turns(teacher)
@@ -71,6 +92,7 @@ def agreement(scorer: list[ScoredDialogue], teacher: list[ScoredDialogue], simil
                          **correlation([sys_a[s] for s in names], [sys_b[s] for s in names], n_boot=200)},
         "hallucinated_decision": decision_agreement([mine[k].hallucinated for k in usable], [theirs[k].hallucinated for k in usable]),
         "claims": claim_agreement([(mine[k].claims, theirs[k].claims) for k in usable], similarity, threshold),
+        "claim_sources": claim_sources(mine, theirs, usable, similarity, threshold),
     }
 
 
