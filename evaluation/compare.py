@@ -48,24 +48,37 @@ def claim_agreement(pairs: list[tuple[list, list]], similarity: Similarity, thre
 
 
 def claim_sources(mine: dict, theirs: dict, keys: list, similarity: Similarity, threshold: float) -> dict:
-    """Where a scorer's claims come from: its own turn's teacher claims (aligned as in recall),
-    another turn of the same dialogue (not aligned in its own turn, but reaching `threshold`
-    against a teacher claim of another turn: a claim written for the wrong turn, the way a
-    dialogue-level pass that does not keep its turns apart fails), or neither."""
-    by_dialogue = defaultdict(list)
+    """Where a scorer's claims come from: its own turn's teacher claims (aligned one to one, as
+    recall counts them); its own turn again (not aligned, yet reaching `threshold` against one of
+    them: a repeat or a split); another turn of the same dialogue (reaching `threshold` against a
+    teacher claim of another turn, and closer to it than to any of its own turn's: a claim written
+    for the wrong turn, the way a dialogue-level pass that does not keep its turns apart fails);
+    or neither. One similarity matrix a dialogue."""
+    teacher_turns, scorer_turns = defaultdict(list), defaultdict(list)
     for d, i in theirs:
-        by_dialogue[d].append(i)
-    own = other = neither = 0
+        teacher_turns[d].append(i)
     for d, i in keys:
-        predicted, reference = [c.text for c in mine[d, i].claims], [c.text for c in theirs[d, i].claims]
-        aligned = {p for p, _ in align(predicted, reference, similarity(predicted, reference), threshold)} if predicted and reference else set()
-        elsewhere = [c.text for j in by_dialogue[d] if j != i for c in theirs[d, j].claims]
-        rest = [c for k, c in enumerate(predicted) if k not in aligned]
-        hits = int((similarity(rest, elsewhere).max(axis=1) >= threshold).sum()) if rest and elsewhere else 0
-        own, other, neither = own + len(aligned), other + hits, neither + len(rest) - hits
-    total = own + other + neither
-    return {"own_turn": own, "another_turn": other, "neither": neither,
-            "another_turn_share": round(other / total, 4) if total else None, "threshold": threshold}
+        scorer_turns[d].append(i)
+    counts = dict.fromkeys(("own_turn", "own_turn_again", "another_turn", "neither"), 0)
+    for d, indices in scorer_turns.items():
+        predicted = [(i, c.text) for i in indices for c in mine[d, i].claims]
+        reference = [(j, c.text) for j in teacher_turns[d] for c in theirs[d, j].claims]
+        if not predicted:
+            continue
+        matrix = similarity([t for _, t in predicted], [t for _, t in reference]) if reference else np.zeros((len(predicted), 0))
+        pred_turn, ref_turn = np.array([i for i, _ in predicted]), np.array([j for j, _ in reference], dtype=int)
+        for i in indices:
+            rows, own, other = np.flatnonzero(pred_turn == i), np.flatnonzero(ref_turn == i), np.flatnonzero(ref_turn != i)
+            mine_own = matrix[np.ix_(rows, own)]
+            aligned = {rows[k] for k, _ in align(rows, own, mine_own, threshold)}
+            for k, row in enumerate(rows):
+                own_best = mine_own[k].max(initial=0.0)
+                other_best = matrix[row, other].max(initial=0.0)
+                bucket = ("own_turn" if row in aligned else "another_turn" if other_best >= threshold and other_best > own_best
+                          else "own_turn_again" if own_best >= threshold else "neither")
+                counts[bucket] += 1
+    total = sum(counts.values())
+    return {**counts, "another_turn_share": round(counts["another_turn"] / total, 4) if total else None, "threshold": threshold}
 
 
 def agreement(scorer: list[ScoredDialogue], teacher: list[ScoredDialogue], similarity: Similarity = token_f1_matrix, threshold: float = 0.5) -> dict:

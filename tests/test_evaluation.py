@@ -144,20 +144,25 @@ def test_student_against_teacher_on_the_same_dialogues():
 def test_claims_written_for_another_turn_are_told_apart_from_claims_of_no_turn():
     dialogues = [museum_dialogue(i) for i in range(3)]
     teacher = [drive(label_dialogue(d, TeacherConfig()), ScriptedBackend()) for d in dialogues]
-    # a scorer that writes turn 1's claims for turn 3 (they share one sentence) and one claim of no turn
+    # a scorer that writes turn 1's claims for turn 3 (they share one sentence), repeats turn 1's
+    # first claim (which turn 3 also says) in turn 1, and writes one claim of no turn for turn 5
     mixed_up = []
     for scored in teacher:
         first, second, third = scored.turns
         stray = first.claims[0].model_copy(update={"text": "Cats sleep fifteen hours a day."})
-        mixed_up.append(scored.model_copy(update={"turns": [first, second.model_copy(update={"claims": first.claims}),
+        mixed_up.append(scored.model_copy(update={"turns": [first.model_copy(update={"claims": [*first.claims, first.claims[0]]}),
+                                                             second.model_copy(update={"claims": first.claims}),
                                                              third.model_copy(update={"claims": [stray]})]}))
-    sources = agreement(mixed_up, teacher)["claim_sources"]
-    # per dialogue: turn 1's three claims and the shared sentence in turn 3 are its own turn's;
-    # "I love it." and the pyramid are turn 1's, written for turn 3; the cat is no turn's
-    assert (sources["own_turn"], sources["another_turn"], sources["neither"]) == (3 * 4, 3 * 2, 3 * 1)
-    assert sources["another_turn_share"] == round(6 / 21, 4)
+    report = agreement(mixed_up, teacher)
+    sources = report["claim_sources"]
+    # per dialogue: turn 1's three claims and the shared sentence in turn 3 are aligned with their own
+    # turn; the repeat matches its own turn as well as turn 3, so it stays its own turn's; "I love it."
+    # and the pyramid are turn 1's, written for turn 3; the cat is no turn's
+    assert (sources["own_turn"], sources["own_turn_again"], sources["another_turn"], sources["neither"]) == (3 * 4, 3 * 1, 3 * 2, 3 * 1)
+    assert sources["own_turn"] == report["claims"]["aligned"] and sources["another_turn_share"] == round(6 / 24, 4)
     itself = agreement(teacher, teacher)["claim_sources"]
-    assert itself["another_turn"] == itself["neither"] == 0 and itself["own_turn"] == sum(len(t.claims) for d in teacher for t in d.turns)
+    assert itself["another_turn"] == itself["neither"] == itself["own_turn_again"] == 0
+    assert itself["own_turn"] == sum(len(t.claims) for d in teacher for t in d.turns)
 
 
 def test_against_gold_counts_unlabelled_turns():
