@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from fastvista.contract import BEFORE_OPTIONS
 from fastvista.single_pass import parse_output, split_sections
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -24,7 +25,7 @@ def labelled_claims(examples: list[dict]) -> list[dict]:
     rows = []
     for e in examples:
         sections = split_sections(e["prompt"][-1]["content"])
-        for claim in parse_output(e["completion"][-1]["content"]):
+        for claim in parse_output(e["completion"][-1]["content"], {**BEFORE_OPTIONS, **(e.get("format") or {})}["answer"]):
             rows.append({"text": claim.text, "label": claim.label.value,
                          "reference": sections.get("[REFERENCE]", ""), "history": sections.get("[HISTORY]", "")})
     return rows

@@ -17,10 +17,9 @@ from collections.abc import Sequence
 
 from fastvista.memory import stores_before
 from fastvista.schema import ScoredDialogue
-from fastvista.single_pass import HISTORY_TURNS, SECTIONS, render_messages
-from fastvista.text import recent, reference_block, render_history, render_store, turn_block
+from fastvista.single_pass import HISTORY, HISTORY_TURNS, REFERENCE, STORE, TURN, render_messages, render_user_message
+from fastvista.text import recent
 
-STORE, REFERENCE, HISTORY, TURN = SECTIONS
 # name -> (section order, history window: None for the whole history)
 LAYOUTS = {
     "store, reference, history (8), turn (today)": ((STORE, REFERENCE, HISTORY, TURN), HISTORY_TURNS),
@@ -31,9 +30,8 @@ LAYOUTS = {
 
 
 def user_message(order: Sequence[str], window: int | None, store, reference, history, turn) -> str:
-    blocks = {STORE: render_store(store), REFERENCE: reference_block(reference),
-              HISTORY: render_history(history if window is None else recent(history, window)), TURN: turn_block(turn)}
-    return "\n".join(f"{header}\n{blocks[header]}" for header in order)
+    """The student's user message in another section order and history window."""
+    return render_user_message(store, reference, history if window is None else recent(history, window), turn, order)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int], block: int) -> int:

@@ -61,6 +61,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.config import DataSelection, load_config, load_dialogues
+from fastvista.contract import read_format
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, turn_result
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.records_io import read_scored, write_json
@@ -154,18 +155,19 @@ def forced_windows(dialogue, size: int, claims: dict, history_turns: int):
     return scored_dialogue(dialogue, results)
 
 
-def prompts_alone(dialogue, recorded: dict, history_turns: int, order: tuple[str, ...] | None = None):
+def prompts_alone(dialogue, recorded: dict, student: StudentConfig, order: tuple[str, ...] | None = None):
     """The per-turn student's prompts (stores rebuilt from its recorded answers), each answered
     with one token: the student's time if decoding its answers cost nothing. `order`: its
     sections in another order (a layout of `prefix_reuse.LAYOUTS`), which times that layout's
     prefill without training a student in it."""
+    history_turns = student.history_turns
     indices = dialogue.scored_indices()
     replayed = [recorded[(dialogue.id, i)] for i in indices]
     results = []
     for index, result, store in zip(indices, replayed, stores_before(dialogue.knowledge_init, replayed)):
         turn, history = dialogue.turns[index], [(t.role, t.text) for t in dialogue.turns[:index]]
-        messages = (student_messages(dialogue, index, store, history_turns) if order is None
-                    else render_messages(user_message(order, history_turns, store, turn.reference, history, turn.text)))
+        messages = (student_messages(dialogue, index, store, history_turns, student.layout, student.answer) if order is None
+                    else render_messages(user_message(order, history_turns, store, turn.reference, history, turn.text), student.answer))
         request = ChatRequest(messages=messages, max_tokens=1)
         [completion] = yield [request]
         check_completion(completion, request, cut_ok=True)
@@ -258,6 +260,14 @@ class SpeedConfig(BaseModel):
 
 
 REFERENCE_FIRST = "reference, store, history (8), turn"  # a layout of prefix_reuse.LAYOUTS
+
+
+def trained_rendering(model: str) -> dict:
+    """The student settings its merged weights were trained with (their format.json): each
+    student is timed in its own format; a base model in the default one."""
+    folder = Path(resolve_model(model))
+    fmt = read_format(folder) if folder.is_dir() else None
+    return {k: getattr(fmt, k) for k in ("history_turns", "max_store_claims", "layout", "answer")} if fmt else {}
 PREFILL = "prefill alone (the student prompts, answers replayed)"
 PREFILL_REFERENCE_FIRST = "prefill alone, reference first (the student prompts reordered, answers replayed)"
 WINDOW, FORCED = "student, dialogue-level", "student, dialogue-level (forced to the per-turn claims)"
@@ -300,7 +310,7 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     dialogues = load_dialogues(args.data, None)
     ngram = {"method": "ngram", "num_speculative_tokens": args.speculative_tokens, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-    student = StudentConfig(adapter=None)
+    student = StudentConfig(adapter=None, **trained_rendering(args.model))
     check_student_format(BackendConfig(kind="vllm", model=args.model), student)
     if args.window_model:
         check_student_format(BackendConfig(kind="vllm", model=args.window_model), args.window_student())
@@ -392,7 +402,7 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
     for name, order in ((PREFILL, None), (PREFILL_REFERENCE_FIRST, LAYOUTS[REFERENCE_FIRST][0])):
         if wanted(name):
             recorded = student_turns()
-            measured(name, dialogues, lambda d, recorded=recorded, order=order: prompts_alone(d, recorded, student.history_turns, order),
+            measured(name, dialogues, lambda d, recorded=recorded, order=order: prompts_alone(d, recorded, student, order),
                      on("main", args.model), out)
     if not args.skip_plain and wanted("teacher, no prefix cache"):
         measured("teacher, no prefix cache", dialogues, machines["teacher (text labels)"],

@@ -12,6 +12,8 @@ from typing import List, Optional
 import typer
 import yaml
 
+from fastvista.contract import ANSWER, LAYOUT
+
 app = typer.Typer(
     help="Claim-level factuality scoring of knowledge-grounded dialogues: a VISTA teacher, "
     "a single-pass student, vLLM serving.",
@@ -307,6 +309,10 @@ def data_corpus_split(
     history_turns: int = typer.Option(8, help="History turns in the student's prompt (recorded in every example)."),
     window_turns: int = typer.Option(0, help="Also write train_window.jsonl and validation_window.jsonl for a "
                                      "dialogue-level student scoring this many turns a call (0 or 1: none)."),
+    layout: str = typer.Option(LAYOUT, help="Order of the per-turn prompt's sections: store-first, or "
+                               "reference-first (more of it reused from turn to turn by a prefix cache)."),
+    answer: str = typer.Option(ANSWER, help="Per-turn answer style: numbered ('1. claim | LABEL') or coded "
+                               "('claim | L', a third fewer tokens to decode)."),
 ):
     """The labelled corpus as the student's training, validation and test files, with its report:
     label counts and claims per turn per split, and the checks (turns the teacher could not label
@@ -324,13 +330,17 @@ def data_corpus_split(
     bounds = {s.provenance.get("teacher", {}).get("max_store_claims", MAX_STORE_CLAIMS) for s in scored}
     if len(bounds) > 1:
         fail(f"the labelled dialogues were made with different store bounds ({sorted(bounds)}): split them apart")
-    fmt = StudentFormat(history_turns=history_turns, max_store_claims=bounds.pop() if bounds else MAX_STORE_CLAIMS)
+    try:
+        fmt = StudentFormat(history_turns=history_turns, max_store_claims=bounds.pop() if bounds else MAX_STORE_CLAIMS,
+                            layout=layout, answer=answer)
+    except ValueError as e:
+        fail(f"--layout / --answer: {e}")
     split = {name: [s for s in scored if (s.dialogue.meta or {}).get("split") == name] for name in ("train", "validation", "test")}
     report = corpus_report(scored)
     report["examples"] = {name: write_jsonl(out / f"{name}.jsonl", [e for s in split[name] for e in training_examples(s, fmt)])
                           for name in ("train", "validation")}
     if window_turns > 1:
-        window = fmt.model_copy(update={"turns_per_call": window_turns})
+        window = StudentFormat(history_turns=fmt.history_turns, max_store_claims=fmt.max_store_claims, turns_per_call=window_turns)
         report["window_examples"] = {name: write_jsonl(out / f"{name}_window.jsonl", [e for s in split[name] for e in window_examples(s, window)])
                                      for name in ("train", "validation")}
     write_jsonl(out / "test_labelled.jsonl", split["test"])

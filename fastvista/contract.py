@@ -15,20 +15,38 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-FORMAT_VERSION = 1  # the renderer's layout (store, reference, history, turn) and the target's
+FORMAT_VERSION = 1  # the renderer's sections and the target's lines (their options are the fields below)
 FILE = "format.json"
+# The order of the prompt's sections: store first (the first students), or reference first, which a
+# prefix cache reuses more of from one turn to the next (docs/speed.md, "Prefix reuse").
+Layout = Literal["store-first", "reference-first"]
+# How the answer writes a claim: "1. claim | LABEL", or "claim | L" with a one-letter label, which
+# decodes a third fewer tokens (docs/student.md, "The speedup a user gets").
+Answer = Literal["numbered", "coded"]
+# The shipped student's layout and answer style: every student format, setting and command defaults to them.
+LAYOUT: Layout = "store-first"
+ANSWER: Answer = "numbered"
+# What a format recorded before these fields existed was: read into every record that lacks them.
+BEFORE_OPTIONS = {"layout": "store-first", "answer": "numbered"}
 
 
 class StudentFormat(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: int = FORMAT_VERSION
-    layout: Literal["store-first"] = "store-first"
+    layout: Layout = LAYOUT
+    answer: Answer = ANSWER
     history_turns: int
     turns_per_call: int = Field(1, ge=1)
     max_store_claims: int
+
+    @model_validator(mode="after")
+    def _one_window_format(self) -> "StudentFormat":
+        if self.turns_per_call > 1 and (self.layout, self.answer) != ("store-first", "numbered"):
+            raise ValueError("a dialogue-level student (turns_per_call > 1) has one format: layout store-first, answer numbered")
+        return self
 
 
 class FormatMismatch(ValueError):
@@ -42,7 +60,13 @@ def write_format(folder: str | Path, fmt: StudentFormat) -> None:
 
 def read_format(folder: str | Path) -> StudentFormat | None:
     path = Path(folder) / FILE
-    return StudentFormat.model_validate_json(path.read_text()) if path.exists() else None
+    return recorded(json.loads(path.read_text())) if path.exists() else None
+
+
+def recorded(data: dict) -> StudentFormat:
+    """A format as a file or an example records it (one recorded before the layout and answer
+    options existed has the format of that time)."""
+    return StudentFormat.model_validate({**BEFORE_OPTIONS, **data} if isinstance(data, dict) else data)
 
 
 def format_of_examples(examples: list[dict], where: str) -> StudentFormat:
@@ -53,7 +77,7 @@ def format_of_examples(examples: list[dict], where: str) -> StudentFormat:
                              "write the training set again with `fastvista synth`")
     if len(found) > 1:
         raise FormatMismatch(f"{where}: the examples were rendered with {len(found)} different formats: {sorted(found)}")
-    return StudentFormat.model_validate(json.loads(found.pop()))
+    return recorded(json.loads(found.pop()))
 
 
 def check_format(trained: StudentFormat, used: StudentFormat, where: str) -> None:

@@ -78,7 +78,7 @@ def message_headers(message: str) -> list[str]:
 
 
 def render_window_target(per_turn: Sequence[Sequence[Claim]]) -> str:
-    return "\n".join(f"[TURN {k}]\n{render_target(claims)}" for k, claims in enumerate(per_turn, 1))
+    return "\n".join(f"[TURN {k}]\n{render_target(claims, 'numbered')}" for k, claims in enumerate(per_turn, 1))
 
 
 def parse_window_output(text: str, turns: int) -> list[list[Claim]]:
@@ -101,7 +101,7 @@ def parse_window_output(text: str, turns: int) -> list[list[Claim]]:
     parsed = []
     for k, block in enumerate(blocks, 1):
         try:
-            parsed.append(parse_output("\n".join(block)))
+            parsed.append(parse_output("\n".join(block), "numbered"))
         except FormatError as e:
             raise FormatError(f"[TURN {k}]: {e}") from None
     return parsed
@@ -110,5 +110,5 @@ def parse_window_output(text: str, turns: int) -> list[list[Claim]]:
 @lru_cache(maxsize=64)
 def window_regex(turns: int, max_claims: int = MAX_CLAIMS, max_claim_chars: int = MAX_CLAIM_CHARS) -> str:
     """The whole answer for `turns` marked turns as one bounded regex (structured outputs)."""
-    body = output_regex(max_claims, max_claim_chars)
+    body = output_regex(max_claims, max_claim_chars, "numbered")
     return "\n".join(rf"\[TURN {k}\]\n{body}" for k in range(1, turns + 1))

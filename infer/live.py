@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fastvista.llm import Backend
 from fastvista.protocol import drive
 from fastvista.schema import TurnResult
-from fastvista.single_pass import render_messages, render_user_message
+from fastvista.single_pass import LAYOUTS, render_messages, render_user_message
 from fastvista.text import recent
 from fastvista.infer.student import StudentConfig, score_turn
 from fastvista.synth.pipeline import TeacherConfig, teacher_turn
@@ -56,9 +56,9 @@ class LiveScorer:
     def score(self, state: DialogueState, text: str, reference: str | None = None) -> tuple[TurnResult, DialogueState]:
         """Score `text` as the next assistant turn; returns its result and the state after it."""
         cfg = self.config
-        message = render_user_message(state.store, reference, recent(state.history, cfg.history_turns), text)
+        message = render_user_message(state.store, reference, recent(state.history, cfg.history_turns), text, LAYOUTS[cfg.layout])
         constrained = self.backend.supports_constraints and cfg.constrain
-        result, store = drive(score_turn(render_messages(message), len(state.history), state.store, cfg, constrained), self.backend)
+        result, store = drive(score_turn(render_messages(message, cfg.answer), len(state.history), state.store, cfg, constrained), self.backend)
         return result, DialogueState(store=store, history=[*state.history, ("assistant", text)])
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.config import DataSelection, selected
-from fastvista.contract import FILE, FormatMismatch, StudentFormat, check_format, read_format
+from fastvista.contract import FILE, FormatMismatch, check_format, read_format
 from fastvista.llm import BackendConfig, fingerprint, make_checked_backend
 from fastvista.scheduler import Schedule, locked_folder, run_to_folder
 from fastvista.schema import ScoredDialogue
@@ -51,7 +51,7 @@ def check_student_format(backend: BackendConfig, cfg: StudentConfig) -> None:
     serve` refuses an adapter without its format."""
     if backend.kind == "openai":
         return
-    used = StudentFormat(history_turns=cfg.history_turns, turns_per_call=cfg.turns_per_call, max_store_claims=cfg.max_store_claims)
+    used = cfg.student_format()
     if cfg.adapter:
         folder = backend.lora_adapters.get(cfg.adapter)
         if folder is None:

@@ -16,17 +16,16 @@ import math
 from collections.abc import Generator
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from pydantic import model_validator
-
+from fastvista.contract import ANSWER, LAYOUT, Answer, Layout, StudentFormat
 from fastvista.llm import ChatRequest, Completion, TokenLogprob
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, turn_result
 from fastvista.protocol import ScoringFailed, ask, usage_of
 from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult, Usage
 from fastvista.scoring import scored_dialogue
 from fastvista.single_pass import (HISTORY_TURNS, MAX_CLAIM_CHARS, MAX_CLAIMS, distinct_claims, max_answer_chars, output_regex,
-                                   parse_output, student_messages)
+                                   parse_output, spelled, student_messages)
 from fastvista.window_pass import parse_window_output, window_messages, window_regex, windows
 
 CHARS_PER_TOKEN = 2  # no tokenizer spends fewer than this many characters of English claims a token on average
@@ -55,11 +54,20 @@ class StudentConfig(BaseModel):
     # 1: the per-turn single pass (docs/design.md); N > 1: one call scores up to N scored turns (the
     # model must have been trained on that format: the teacher's train_window.jsonl)
     turns_per_call: int = 1
+    # The prompt's section order and the answer's style (fastvista.contract): those the student was
+    # trained with, which its format.json records
+    layout: Layout = LAYOUT
+    answer: Answer = ANSWER
+
+    def student_format(self) -> StudentFormat:
+        return StudentFormat(history_turns=self.history_turns, turns_per_call=self.turns_per_call,
+                             max_store_claims=self.max_store_claims, layout=self.layout, answer=self.answer)
 
     @model_validator(mode="after")
     def _answer_fits(self) -> "StudentConfig":
         """The forced format must end before max_tokens does, or a long answer is cut by design."""
-        longest = max_answer_chars(self.max_claims, self.max_claim_chars)
+        self.student_format()  # refuses a combination no student format has
+        longest = max_answer_chars(self.max_claims, self.max_claim_chars, self.answer)
         if self.constrain and self.max_tokens * CHARS_PER_TOKEN < longest:
             raise ValueError(f"max_tokens={self.max_tokens} cannot hold the forced format's longest answer ({longest} characters "
                              f"= {self.max_claims} claims x {self.max_claim_chars} characters): raise student.max_tokens to "
@@ -81,7 +89,7 @@ def check_answer_budget(cfg: StudentConfig, max_model_len: int | None,
                          f"as configs/score/window_student_cpu.yaml does")
 
 
-def label_confidences(logprobs: list[TokenLogprob] | None, claims: list[Claim]) -> list[float | None]:
+def label_confidences(logprobs: list[TokenLogprob] | None, claims: list[Claim], answer: Answer = "numbered") -> list[float | None]:
     """Probability the model gave each claim's label: exp of the summed log-probabilities of the
     tokens that spell it (after the claim's ` | `). Located in the tokens' own text, which matches
     the answer's wherever the format is (ASCII separators and labels)."""
@@ -94,11 +102,12 @@ def label_confidences(logprobs: list[TokenLogprob] | None, claims: list[Claim]) 
     joined = "".join(t.token for t in logprobs)
     confidences, cursor = [], 0
     for claim in claims:
-        start = joined.find(" | " + claim.label.value, cursor)
+        written = spelled(claim.label, answer)
+        start = joined.find(" | " + written, cursor)
         if start < 0:
             return [None] * len(claims)
         start += 3
-        cursor = end = start + len(claim.label.value)
+        cursor = end = start + len(written)
         confidences.append(math.exp(sum(lp for s, e, lp in spans if s < end and e > start)))
     return confidences
 
@@ -109,7 +118,7 @@ def student_request(messages: list[dict], cfg: StudentConfig, constrained: bool)
         max_tokens=cfg.max_tokens,
         temperature=cfg.temperature,
         seed=cfg.seed,
-        regex=output_regex(cfg.max_claims, cfg.max_claim_chars) if constrained and cfg.constrain else None,
+        regex=output_regex(cfg.max_claims, cfg.max_claim_chars, cfg.answer) if constrained and cfg.constrain else None,
         lora=cfg.adapter,
         logprobs=cfg.logprobs,
         end_on_repeated_line=cfg.end_on_repeated_claim,
@@ -122,11 +131,11 @@ def score_turn(
     """Score one turn given its rendered messages; returns its result and the store after it."""
     completions: list[Completion] = []
     [(claims, error, completion)] = yield from ask(
-        [student_request(messages, cfg, constrained)], parse_output, cfg.retries, cfg.retry_temperature, completions
-    )
+        [student_request(messages, cfg, constrained)], lambda text: parse_output(text, cfg.answer), cfg.retries, cfg.retry_temperature,
+        completions)
     if claims is None:
         raise ScoringFailed(f"turn {index}: no answer read ({error}); last answer {completion.text[-200:]!r}")
-    for claim, confidence in zip(claims, label_confidences(completion.logprobs, claims)):
+    for claim, confidence in zip(claims, label_confidences(completion.logprobs, claims, cfg.answer)):
         claim.confidence = confidence
     errors = [f"student: {len(completions) - 1} unparseable answer(s) before one parsed"] if len(completions) > 1 else []
     claims, repeated = distinct_claims(claims)
@@ -171,7 +180,7 @@ def score_dialogue(dialogue: Dialogue, cfg: StudentConfig, constrained: bool) ->
             results.extend(window_results)
         return scored_dialogue(dialogue, results)
     for index in dialogue.scored_indices():
-        messages = student_messages(dialogue, index, store, cfg.history_turns)
+        messages = student_messages(dialogue, index, store, cfg.history_turns, cfg.layout, cfg.answer)
         result, store = yield from score_turn(messages, index, store, cfg, constrained)
         results.append(result)
     return scored_dialogue(dialogue, results)

@@ -26,8 +26,8 @@ def training_examples(scored: ScoredDialogue, fmt: StudentFormat) -> list[dict]:
                 "id": f"{scored.id}#{result.index}",
                 "dialogue_id": scored.id,
                 "turn_index": result.index,
-                "prompt": student_messages(scored.dialogue, result.index, store, fmt.history_turns),
-                "completion": [{"role": "assistant", "content": render_target(result.claims)}],
+                "prompt": student_messages(scored.dialogue, result.index, store, fmt.history_turns, fmt.layout, fmt.answer),
+                "completion": [{"role": "assistant", "content": render_target(result.claims, fmt.answer)}],
                 "format": fmt.model_dump(),
             }
         )

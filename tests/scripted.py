@@ -95,8 +95,13 @@ def student_answer(request: ChatRequest) -> str:
 
     if request.messages[0]["content"] == WINDOW_SYSTEM_PROMPT:
         return window_answer(request.messages[-1]["content"], request.temperature)
+    from fastvista.single_pass import SYSTEM_PROMPTS, parse_output, render_target
+
     sections = split_sections(request.messages[-1]["content"])
-    return turn_answer(sections["[TURN]"], sections["[REFERENCE]"] + "\n" + sections["[KNOWLEDGE STORE]"], request.temperature)
+    answer = turn_answer(sections["[TURN]"], sections["[REFERENCE]"] + "\n" + sections["[KNOWLEDGE STORE]"], request.temperature)
+    if request.messages[0]["content"] == SYSTEM_PROMPTS["coded"] and "MAYBE" not in answer:  # the same claims, coded
+        return render_target(parse_output(answer), "coded")
+    return answer
 
 
 def window_answer(message: str, temperature: float) -> str:

@@ -10,6 +10,7 @@ from fastvista.loaders import load
 from fastvista.protocol import drive
 from fastvista.records_io import write_jsonl
 from fastvista.schema import Dialogue, Turn
+from fastvista.single_pass import parse_output
 from fastvista.synth.corpus import build, corpus_report, split_of
 from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 from tests.scripted import ScriptedBackend
@@ -61,6 +62,16 @@ def test_corpus_split_writes_student_files_per_split_and_reports_the_checks(tmp_
     assert {e["dialogue_id"] for e in train} == {"d0", "d1"} and all(e["format"]["history_turns"] == 8 for e in train)
     assert [json.loads(l)["id"] for l in (tmp_path / "split/test_inputs.jsonl").read_text().splitlines()] == ["d3"]
     assert corpus_report(scored)["by_split"]["validation"]["claims_per_turn"] == 2.0
+    # the compact per-turn format: the same claims coded, the reference first; windows keep their one format
+    coded = CliRunner().invoke(app, ["data", "corpus-split", str(labelled), "-o", str(tmp_path / "coded"), "--window-turns", "2",
+                                     "--layout", "reference-first", "--answer", "coded"])
+    assert coded.exit_code == 0, coded.output
+    compact = [json.loads(l) for l in (tmp_path / "coded/train.jsonl").read_text().splitlines()]
+    assert [parse_output(e["completion"][0]["content"], "coded") for e in compact] == [parse_output(e["completion"][0]["content"]) for e in train]
+    assert all(e["format"]["answer"] == "coded" and e["prompt"][1]["content"].startswith("[REFERENCE]") for e in compact)
+    assert all(json.loads(l)["format"]["answer"] == "numbered" for l in (tmp_path / "coded/train_window.jsonl").read_text().splitlines())
+    bad = CliRunner().invoke(app, ["data", "corpus-split", str(labelled), "-o", str(tmp_path / "bad"), "--answer", "terse"])
+    assert bad.exit_code != 0 and "--layout / --answer" in bad.output and "terse" in bad.output
 
 
 def test_every_stage_package_installs_under_fastvista():

@@ -343,7 +343,7 @@ def test_prompts_alone_replays_the_students_very_prompts_for_one_token():
     per_turn = drive(student_machine(long_chat(), StudentConfig(), True), student)
     recorded = {(per_turn.id, t.index): t for t in per_turn.turns}
     replay = ScriptedStudent()
-    result = drive(prompts_alone(long_chat(), recorded, StudentConfig().history_turns), replay)
+    result = drive(prompts_alone(long_chat(), recorded, StudentConfig()), replay)
     # the store grows from the recorded answers, so every prompt is the one the student saw
     assert [r.messages for r in replay.requests] == [r.messages for r in student.requests]
     assert all(r.max_tokens == 1 and r.regex is None for r in replay.requests)
@@ -362,14 +362,36 @@ def test_prefill_alone_reference_first_reorders_the_very_same_sections():
     per_turn = drive(student_machine(long_chat(), StudentConfig(), True), ScriptedStudent())
     recorded = {(per_turn.id, t.index): t for t in per_turn.turns}
     today, reordered = ScriptedStudent(), ScriptedStudent()
-    drive(prompts_alone(long_chat(), recorded, 8), today)
-    drive(prompts_alone(long_chat(), recorded, 8, LAYOUTS[REFERENCE_FIRST][0]), reordered)
+    drive(prompts_alone(long_chat(), recorded, StudentConfig()), today)
+    drive(prompts_alone(long_chat(), recorded, StudentConfig(), LAYOUTS[REFERENCE_FIRST][0]), reordered)
     assert len(today.requests) == len(reordered.requests) == 4
     for a, b in zip(today.requests, reordered.requests):
         assert a.messages[0] == b.messages[0] and b.max_tokens == 1
         assert b.messages[1]["content"].startswith("[REFERENCE]") and a.messages[1]["content"].startswith("[KNOWLEDGE STORE]")
         assert split_sections(a.messages[1]["content"]) == split_sections(b.messages[1]["content"])
         assert set(split_sections(b.messages[1]["content"])) == set(SECTIONS)
+
+
+def test_the_speed_benchmark_times_a_student_in_the_format_its_weights_record(tmp_path):
+    """A compact-format student is timed with its own prompts: the format.json beside its merged
+    weights sets the rendering, and its prompts alone are those it was trained on."""
+    from fastvista.contract import StudentFormat, write_format
+    from fastvista.evaluation.speed import REFERENCE_FIRST, prompts_alone, trained_rendering
+    from fastvista.evaluation.prefix_reuse import LAYOUTS
+    from fastvista.single_pass import SYSTEM_PROMPTS
+    from tests.test_student import long_chat
+
+    write_format(tmp_path, StudentFormat(history_turns=4, max_store_claims=32, layout="reference-first", answer="coded"))
+    rendering = trained_rendering(str(tmp_path))
+    assert rendering == {"history_turns": 4, "max_store_claims": 32, "layout": "reference-first", "answer": "coded"}
+    assert trained_rendering(str(tmp_path / "a-base-model")) == {}
+    per_turn = drive(score_dialogue(long_chat(), StudentConfig(), True), ScriptedStudent())
+    recorded = {(per_turn.id, t.index): t for t in per_turn.turns}
+    coded, reordered = ScriptedStudent(), ScriptedStudent()
+    drive(prompts_alone(long_chat(), recorded, StudentConfig(**{**rendering, "history_turns": 8})), coded)
+    drive(prompts_alone(long_chat(), recorded, StudentConfig(), LAYOUTS[REFERENCE_FIRST][0]), reordered)
+    for a, b in zip(coded.requests, reordered.requests, strict=True):
+        assert a.messages[0]["content"] == SYSTEM_PROMPTS["coded"] and a.messages[1] == b.messages[1]
 
 
 def test_a_paired_gap_is_the_difference_of_accuracies_and_pairing_narrows_its_interval():

@@ -55,8 +55,7 @@ def test_the_decision_tokens_loss_weighs_weight_times(tiny_model, example):
 
     weighted, tokenizer = trainer_for(tiny_model, example, 5.0)
     batch = weighted.data_collator([weighted.train_dataset[0]])
-    bars, firsts = decision_tokens(tokenizer)
-    positions = decision_positions(batch["input_ids"], batch["labels"], bars, firsts)
+    positions = decision_positions(batch["input_ids"], batch["labels"], decision_tokens(tokenizer))
     lines = example["completion"][0]["content"].splitlines()
     assert positions.sum().item() == len(lines) > 0  # one decision per claim line, none in the prompt
     decided = [tokenizer.decode([t]).strip() for t in batch["input_ids"][0][1:][positions[0][:-1]].tolist()]
@@ -121,7 +120,30 @@ def test_teacher_forced_label_accuracy_reads_each_claims_decision(tmp_path, tiny
     report = forced_label_accuracy(str(tmp_path / "adapter"), examples, base=str(tmp_path / "flat"))
     lines = [l for e in examples for l in e["completion"][0]["content"].splitlines() if " | " in l]
     truth = [l.rsplit(" | ", 1)[1] for l in lines]
-    lowest = decision_tokens(tokenizer)[1][min(decision_tokens(tokenizer)[1])]
+    firsts = decision_tokens(tokenizer).firsts
+    lowest = firsts[min(firsts)]
     assert report["claims"] == len(lines) and report["teacher_labels"] == {l: truth.count(l) for l in set(truth)}
     assert report["chosen"] == {lowest: len(lines)}
     assert report["accuracy"] == round(truth.count(lowest) / len(lines), 4)
+
+
+def test_in_the_coded_answer_the_letter_is_the_decision(tiny_model, example):
+    """One-letter labels: the letter after each bar decides the claim, and only it is weighed."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from fastvista.single_pass import LABEL_CODES, parse_output, render_target
+    from fastvista.train.label_weight import decision_positions, decision_tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    claims = parse_output(example["completion"][0]["content"])
+    answer = render_target(claims, "coded")
+    decisions = decision_tokens(tokenizer, "coded")
+    firsts = decisions.firsts
+    assert sorted(firsts.values()) == sorted(label.value for label in LABEL_CODES)
+    prompt = tokenizer("[TURN] a turn | with a bar\n", add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt + tokenizer(answer, add_special_tokens=False)["input_ids"]])
+    labels = torch.tensor([[-100] * len(prompt) + ids[0, len(prompt):].tolist()])
+    positions = decision_positions(ids, labels, decisions)
+    decided = [firsts[t] for t in ids[0][1:][positions[0][:-1]].tolist()]
+    assert decided == [c.label.value for c in claims] and len(claims) > 1

@@ -180,16 +180,17 @@ def test_score_defaults_to_the_shipped_student_whose_pinned_files_and_format_mat
     from typer.testing import CliRunner
 
     from fastvista.cli import app
-    from fastvista.contract import StudentFormat, check_format, read_format
+    from fastvista.contract import check_format, read_format
     from fastvista.infer.run import DEFAULT_CONFIG, ScoreConfig
 
     cfg = ScoreConfig.model_validate(yaml.safe_load(DEFAULT_CONFIG.read_text()))
     spec = models.STUDENTS[cfg.backend.model]
     folder = models.repository_root() / spec.adapter
     assert models.shipped_digest(folder) == spec.sha256
-    used = StudentFormat(history_turns=cfg.student.history_turns, turns_per_call=cfg.student.turns_per_call,
-                         max_store_claims=cfg.student.max_store_claims)
-    check_format(read_format(folder), used, folder)  # raises on a mismatch
+    check_format(read_format(folder), cfg.student.student_format(), folder)  # raises on a mismatch
+    for other in ({"answer": "coded"}, {"layout": "reference-first"}):  # scored in another rendering: refused
+        with pytest.raises(ValueError, match=f"{next(iter(other))}: trained "):
+            check_format(read_format(folder), cfg.student.model_copy(update=other).student_format(), folder)
     with pytest.raises(ValueError, match="student.adapter is None"):  # an adapter loaded but unused: the base would score
         ScoreConfig.model_validate({**yaml.safe_load(DEFAULT_CONFIG.read_text()), "backend": {"kind": "vllm", "model": "b",
                                                                                            "lora_adapters": {"student": "a"}}})
@@ -197,3 +198,16 @@ def test_score_defaults_to_the_shipped_student_whose_pinned_files_and_format_mat
     dialogues = models.repository_root() / "data" / "demo" / "q2_demo.jsonl"
     done = CliRunner().invoke(app, ["score", "-i", str(dialogues), "--limit", "1", "-o", str(tmp_path / "out")])
     assert done.exit_code != 0 and f"fastvista models fetch {cfg.backend.model}" in done.output
+
+
+def test_a_format_recorded_before_the_layout_and_answer_options_reads_as_that_time_s_format(tmp_path):
+    """Older format.json files (and training examples) name neither option: they were store first
+    and numbered, whatever the defaults become."""
+    import json
+
+    from fastvista.contract import format_of_examples, read_format
+
+    old = {"version": 1, "history_turns": 8, "turns_per_call": 1, "max_store_claims": 64}
+    (tmp_path / "format.json").write_text(json.dumps(old))
+    for fmt in (read_format(tmp_path), format_of_examples([{"format": old}], "old.jsonl")):
+        assert (fmt.layout, fmt.answer) == ("store-first", "numbered")

@@ -132,7 +132,6 @@ def test_points_without_a_comparable_ratio_are_reported_left_out_of_the_crossing
     from typer.testing import CliRunner
 
     from fastvista.cli import app
-    from fastvista.evaluation import scaling_curve
     from fastvista.evaluation.speed import NothingScored
 
     files = {n: tmp_path / f"ref_{n}.jsonl" for n in (100, 1000, 2000, 4000)}

@@ -6,13 +6,14 @@ from hypothesis import strategies as st
 
 from fastvista.labels import Label
 from fastvista.schema import Claim
-from fastvista.single_pass import MAX_CLAIM_CHARS, MAX_CLAIMS, OUTPUT_REGEX, SECTIONS, parse_output, render_target, render_user_message, split_sections
+from fastvista.single_pass import (LAYOUTS, MAX_CLAIM_CHARS, MAX_CLAIMS, SECTIONS, max_answer_chars, output_regex, parse_output, render_target,
+                                   render_user_message, split_sections)
 from fastvista.text import ESCAPE, FormatError, normalise_claim
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
 # Text that tries hard to forge the format: headers, escapes, separators, labels, newlines.
 hostile = st.lists(
-    st.sampled_from([*SECTIONS, "\n", "\\", "[", "|", " | VERIFIED", "1. ", "User: ", "NONE", "x", " "]), max_size=30
+    st.sampled_from([*SECTIONS, "\n", "\\", "[", "|", " | VERIFIED", " | V", "1. ", "User: ", "NONE", "x", " "]), max_size=30
 ).map("".join)
 claim_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=120).filter(
     lambda t: normalise_claim(t) != ""
@@ -24,26 +25,49 @@ def unescape(block: str) -> str:
     return "\n".join(l[1:] if l.startswith(ESCAPE) else l for l in block.split("\n"))
 
 
+ANSWERS = ("numbered", "coded")
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
 @settings(max_examples=200)
-@given(claims)
-def test_target_round_trips_through_the_parser(cs):
-    parsed = parse_output(render_target(cs))
+@given(cs=claims)
+def test_target_round_trips_through_the_parser(cs, answer):
+    parsed = parse_output(render_target(cs, answer), answer)
     assert [(c.text, c.label) for c in parsed] == [(normalise_claim(c.text), c.label) for c in cs]
 
 
+@pytest.mark.parametrize("answer", ANSWERS)
 @settings(max_examples=200)
-@given(claims)
-def test_every_target_matches_the_structured_output_regex(cs):
+@given(cs=claims)
+def test_every_target_matches_the_structured_output_regex_within_its_bound(cs, answer):
     cs = [c for c in cs if len(normalise_claim(c.text)) <= MAX_CLAIM_CHARS][:MAX_CLAIMS]
-    assert re.fullmatch(OUTPUT_REGEX, render_target(cs))
+    target = render_target(cs, answer)
+    assert re.fullmatch(output_regex(answer=answer), target)
+    longest = [Claim(text="x" * MAX_CLAIM_CHARS, label=Label.LACKING_EVIDENCE)] * MAX_CLAIMS
+    assert len(render_target(longest, answer)) + 1 == max_answer_chars(answer=answer)  # the bound counts a newline a line
 
 
+def test_the_coded_answer_is_shorter_and_neither_style_reads_the_other():
+    cs = [Claim(text="Birds are dinosaurs.", label=Label.LACKING_EVIDENCE), Claim(text="I like birds.", label=Label.OUT_OF_SCOPE)]
+    coded, numbered = render_target(cs, "coded"), render_target(cs)
+    assert coded == "Birds are dinosaurs. | L\nI like birds. | O"
+    assert len(coded) < len(numbered)
+    with pytest.raises(FormatError, match="not 'claim \\| L'"):
+        parse_output(numbered, "coded")
+    with pytest.raises(FormatError, match="not 'k. claim"):
+        parse_output(coded)
+    assert not re.fullmatch(output_regex(answer="coded"), numbered) and not re.fullmatch(output_regex(), coded)
+    assert parse_output("NONE", "coded") == []
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @settings(max_examples=300)
-@given(st.lists(hostile | text, max_size=4), st.one_of(st.none(), hostile, text), st.lists(st.tuples(st.sampled_from(["user", "assistant"]), hostile | text), max_size=4), hostile | text)
-def test_dialogue_text_never_forges_a_section(store, reference, history, turn):
-    message = render_user_message(store, reference, history, turn)
+@given(store=st.lists(hostile | text, max_size=4), reference=st.one_of(st.none(), hostile, text),
+       history=st.lists(st.tuples(st.sampled_from(["user", "assistant"]), hostile | text), max_size=4), turn=hostile | text)
+def test_dialogue_text_never_forges_a_section(store, reference, history, turn, layout):
+    message = render_user_message(store, reference, history, turn, LAYOUTS[layout])
     sections = split_sections(message)
-    assert list(sections) == list(SECTIONS)
+    assert list(sections) == list(LAYOUTS[layout]) and sorted(sections) == sorted(SECTIONS)
     if turn.strip():  # every Unicode line break becomes "\n"
         assert unescape(sections["[TURN]"]) == "\n".join(turn.strip().splitlines())
     # one line per history entry and per store claim: nothing can smuggle in extra entries

@@ -10,7 +10,7 @@ from fastvista.memory import stores_before
 from fastvista.protocol import ScoringFailed, drive
 from fastvista.scheduler import run
 from fastvista.schema import Claim, Dialogue, Turn
-from fastvista.single_pass import OUTPUT_REGEX, split_sections
+from fastvista.single_pass import output_regex, split_sections
 from fastvista.infer.live import DialogueState, LiveScorer
 from fastvista.infer.student import StudentConfig, label_confidences, score_dialogue
 from tests.scripted import ScriptedStudent
@@ -40,8 +40,27 @@ def test_store_threads_from_the_students_own_claims():
     assert store == "1. The Louvre is in Paris.\n2. I like it."
     assert [c.label for c in second.claims] == [Label.VERIFIED, Label.LACKING_EVIDENCE]
     assert second.hallucinated and result.score == 3 / 4
-    assert all(r.regex == OUTPUT_REGEX and r.lora == "student" for r in backend.requests)
+    assert all(r.regex == output_regex() and r.lora == "student" for r in backend.requests)
     assert [t.usage.calls for t in result.turns] == [1, 1]
+
+
+def test_a_coded_reference_first_student_scores_as_the_numbered_one_with_its_own_prompt_and_regex():
+    """The compact format changes how a prompt is laid out and an answer is written, not what is scored."""
+    numbered, coded = ScriptedStudent(), ScriptedStudent()
+    cfg = StudentConfig(layout="reference-first", answer="coded")
+    a = drive(score_dialogue(chat(), StudentConfig(), constrained=True), numbered)
+    b = drive(score_dialogue(chat(), cfg, constrained=True), coded)
+    assert [[(c.text, c.label) for c in t.claims] for t in b.turns] == [[(c.text, c.label) for c in t.claims] for t in a.turns]
+    assert b.score == a.score and [t.store_added for t in b.turns] == [t.store_added for t in a.turns]
+    assert coded.requests[1].messages[-1]["content"].startswith("[REFERENCE]\nUnrelated.\n[KNOWLEDGE STORE]\n")
+    assert all(r.regex == output_regex(answer="coded") and "| V" in r.messages[0]["content"] for r in coded.requests)
+    assert math.isclose(b.turns[0].claims[0].confidence, math.exp(-0.1))  # one letter, not eight
+    assert cfg.student_format().answer == "coded" and cfg.student_format().layout == "reference-first"
+
+
+def test_a_dialogue_level_student_has_one_format():
+    with pytest.raises(ValueError, match="one format: layout store-first, answer numbered"):
+        StudentConfig(turns_per_call=3, answer="coded")
 
 
 def test_unparseable_answers_are_retried_then_fail_the_dialogue_never_score_it():

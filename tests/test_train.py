@@ -236,13 +236,15 @@ def test_a_run_goes_on_from_a_finished_adapter_and_refuses_one_of_another_shape(
                                 init_adapter=str(first)))
     assert other.returncode != 0 and "another LoRA shape: r 8 (this run: 4)" in other.stderr
     assert (tmp_path / "went_on" / "init_adapter.json").read_text() == marker
-    # a per-turn student may start a window student (more turns a call), but not one rendered otherwise
+    # a per-turn student may start a window student (more turns a call) or a compact-format one, but
+    # not one that sees other history or another store
     from fastvista.contract import read_format
     from fastvista.train.data import read_examples
 
     rows = read_examples(train_file)
     fmt = rows[0]["format"]
     for name, change, refusal in (("window", {"turns_per_call": 2}, None),
+                                  ("coded", {"layout": "reference-first", "answer": "coded"}, None),
                                   ("history", {"history_turns": fmt["history_turns"] + 1}, f"history_turns {fmt['history_turns']} (this run: "),
                                   ("store", {"max_store_claims": fmt["max_store_claims"] - 1}, "max_store_claims")):
         write_jsonl(tmp_path / f"{name}.jsonl", [{**e, "format": {**e["format"], **change}} for e in rows])
@@ -251,8 +253,10 @@ def test_a_run_goes_on_from_a_finished_adapter_and_refuses_one_of_another_shape(
         if refusal is None:
             assert done.returncode == 0, done.stderr[-3000:]
             assert all(torch.equal(trained[k], v) for k, v in weights(tmp_path / name).items())
-            assert read_format(tmp_path / name).turns_per_call == 2
+            trained_as = read_format(tmp_path / name).model_dump()
+            assert all(trained_as[k] == v for k, v in change.items())
             started = json.loads((tmp_path / name / "init_adapter.json").read_text())
-            assert started["turns_per_call"] == 1 and started["sha256"] == record["init_adapter"]["sha256"]
+            assert started["sha256"] == record["init_adapter"]["sha256"]
+            assert {k: started[k] for k in change} == {k: fmt.get(k, "numbered" if k == "answer" else "store-first") for k in change}
         else:
             assert done.returncode != 0 and "trained on another student format: " + refusal in done.stderr

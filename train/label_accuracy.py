@@ -21,13 +21,18 @@ def forced_label_accuracy(adapter: str, examples: list[dict], base: str | None =
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from fastvista.contract import BEFORE_OPTIONS
     from fastvista.models import resolve_model
     from fastvista.train.label_weight import decision_positions, decision_tokens
 
     base = resolve_model(base or json.loads((Path(adapter) / "adapter_config.json").read_text())["base_model_name_or_path"])
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter).eval()
-    bars, firsts = decision_tokens(tokenizer)
+    answers = {{**BEFORE_OPTIONS, **(e.get("format") or {})}["answer"] for e in examples}
+    if len(answers) > 1:
+        raise ValueError(f"the examples mix answer styles ({sorted(answers)}): give one training set's examples")
+    decisions = decision_tokens(tokenizer, answers.pop() if answers else "numbered")
+    firsts = decisions.firsts
     order = sorted(firsts)
     right, chosen, truth = 0, Counter(), Counter()
     for e in examples:
@@ -35,7 +40,7 @@ def forced_label_accuracy(adapter: str, examples: list[dict], base: str | None =
         ids = tokenizer.apply_chat_template(e["prompt"] + e["completion"], tokenize=True, return_dict=True)["input_ids"]
         ids_t = torch.tensor([ids])
         trained = torch.tensor([[-100] * len(prompt) + ids[len(prompt):]])
-        where = decision_positions(ids_t, trained, bars, firsts)[0].nonzero().flatten()
+        where = decision_positions(ids_t, trained, decisions)[0].nonzero().flatten()
         if not len(where):
             continue
         with torch.no_grad():

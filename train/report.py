@@ -44,13 +44,15 @@ def steady_tokens_per_s(step_seconds: dict[int, float], log_history: list[dict])
 def answer_reader(example: dict):
     """How a student's answer to a training example is read, and the tokens it may take: one
     block of claims per marked turn for a dialogue-level (window) example, one for a per-turn one."""
+    from fastvista.contract import BEFORE_OPTIONS
     from fastvista.single_pass import parse_output
     from fastvista.window_pass import message_headers, parse_window_output
 
     if not example.get("format"):
         raise ValueError(f"example {example.get('id')!r} does not record its format: write the training set again")
     if example["format"].get("turns_per_call", 1) == 1:
-        return parse_output, 256
+        answer = {**BEFORE_OPTIONS, **example["format"]}["answer"]
+        return (lambda text: parse_output(text, answer)), 256
     turns = sum(h.startswith("[TURN ") for h in message_headers(example["prompt"][-1]["content"]))
     if not turns:  # an empty answer would read as a whole window of nothing
         raise ValueError(f"example {example.get('id')!r} is a dialogue-level example with no marked turn in its prompt")

@@ -281,7 +281,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     if student_args.label_weight != 1:
         from fastvista.train.label_weight import decision_weighted
 
-        trainer_class = decision_weighted(SFTTrainer, student_args.label_weight, tokenizer)
+        trainer_class = decision_weighted(SFTTrainer, student_args.label_weight, tokenizer, fmt.answer)
     trainer = trainer_class(
         model=base,
         args=training_args,

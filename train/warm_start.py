@@ -74,6 +74,7 @@ def checkpoint_from_adapter(adapter: Path, folder: Path, record: dict, where: Pa
     return step
 
 
+RENDERING = ("turns_per_call", "layout", "answer")  # format fields a warm start may change
 INIT_MARKER = "init_adapter.json"  # in a run's output folder: the adapter its weights started from
 
 
@@ -106,8 +107,9 @@ def load_adapter_weights(model, adapter: Path, fmt, model_args, output_dir: Path
     """Put a finished run's LoRA weights into `model` (a fresh PEFT model of the same shape), for a
     run that trains it further on new examples, and record it in OUTPUT/init_adapter.json.
     Refused unless its LoRA settings, base and student format are this run's, and every weight
-    finds its place. Only the turns scored per call may differ: a per-turn student can start a
-    window student, whose prompt renders the store, reference and history the same way."""
+    finds its place. Only how a prompt and an answer are laid out may differ (turns per call,
+    section order, answer style): a student learns the same task in another rendering, so a
+    per-turn student can start a window student or a student of a more compact format."""
     from peft import load_peft_weights, set_peft_model_state_dict
 
     from fastvista.contract import read_format
@@ -138,10 +140,10 @@ def load_adapter_weights(model, adapter: Path, fmt, model_args, output_dir: Path
     if theirs is None:
         raise ValueError(f"init_adapter {adapter}: records no student format (format.json): give a finished run's folder")
     a, b = theirs.model_dump(), fmt.model_dump()
-    differ = [f"{k} {a[k]!r} (this run: {b[k]!r})" for k in a if k != "turns_per_call" and a[k] != b[k]]
+    differ = [f"{k} {a[k]!r} (this run: {b[k]!r})" for k in a if k not in RENDERING and a[k] != b[k]]
     if differ:
         raise ValueError(f"init_adapter {adapter}: trained on another student format: {'; '.join(differ)}")
-    started = {"path": str(adapter), "sha256": adapter_sha256(adapter), "turns_per_call": theirs.turns_per_call}
+    started = {"path": str(adapter), "sha256": adapter_sha256(adapter), **{k: a[k] for k in RENDERING}}
     result = set_peft_model_state_dict(model, load_peft_weights(str(adapter), device="cpu"))
     unplaced = list(result.unexpected_keys)
     unset = [k for k in result.missing_keys if "lora_" in k]
