@@ -34,7 +34,7 @@ from fastvista.memory import initial_store
 from fastvista.models import resolve_model
 from fastvista.schema import Dialogue
 from fastvista.infer.live import DialogueState, LiveScorer, LiveTeacher
-from fastvista.infer.run import check_student_format
+from fastvista.infer.run import check_student_format, trained_rendering
 from fastvista.infer.serve import reset_prefix_cache, running, serve_command, served_dtype
 from fastvista.infer.student import StudentConfig
 from fastvista.synth.pipeline import TeacherConfig
@@ -129,8 +129,9 @@ def level(scorer, dialogues: list[Dialogue], sessions: int) -> dict:
 def scorer_setup(name: Scorer, args: LiveLatencyConfig) -> tuple[str, object]:
     """The model a scorer is served on, and a factory of its live scorer over a backend."""
     if name == "student":
-        check_student_format(BackendConfig(kind="vllm", model=args.student_model), StudentConfig(adapter=None))
-        return resolve_model(args.student_model), lambda backend: LiveScorer(backend, StudentConfig(adapter=None))
+        student = StudentConfig(adapter=None, **trained_rendering(args.student_model))
+        check_student_format(BackendConfig(kind="vllm", model=args.student_model), student)
+        return resolve_model(args.student_model), lambda backend: LiveScorer(backend, student)
     tree = load_config(args.teacher_config, [])
     model = (tree.get("backend") or {}).get("model")
     if not model:

@@ -61,7 +61,6 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.config import DataSelection, load_config, load_dialogues
-from fastvista.contract import read_format
 from fastvista.memory import MAX_STORE_CLAIMS, initial_store, stores_before, turn_result
 from fastvista.llm import BackendConfig, ChatRequest, make_backend
 from fastvista.records_io import read_scored, write_json
@@ -74,7 +73,7 @@ from fastvista.single_pass import render_messages, student_messages
 from fastvista.evaluation.prefix_reuse import LAYOUTS, user_message
 from fastvista.window_pass import render_window_target, window_messages, windows
 from fastvista.infer.serve import reset_prefix_cache, running, serve_command, served_dtype
-from fastvista.infer.run import check_student_format
+from fastvista.infer.run import check_student_format, trained_rendering
 from fastvista.infer.student import StudentConfig, check_answer_budget, score_dialogue
 from fastvista.synth.pipeline import TeacherConfig, label_dialogue
 
@@ -260,14 +259,6 @@ class SpeedConfig(BaseModel):
 
 
 REFERENCE_FIRST = "reference, store, history (8), turn"  # a layout of prefix_reuse.LAYOUTS
-
-
-def trained_rendering(model: str) -> dict:
-    """The student settings its merged weights were trained with (their format.json): each
-    student is timed in its own format; a base model in the default one."""
-    folder = Path(resolve_model(model))
-    fmt = read_format(folder) if folder.is_dir() else None
-    return {k: getattr(fmt, k) for k in ("history_turns", "max_store_claims", "layout", "answer")} if fmt else {}
 PREFILL = "prefill alone (the student prompts, answers replayed)"
 PREFILL_REFERENCE_FIRST = "prefill alone, reference first (the student prompts reordered, answers replayed)"
 WINDOW, FORCED = "student, dialogue-level", "student, dialogue-level (forced to the per-turn claims)"

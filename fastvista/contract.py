@@ -71,7 +71,7 @@ def recorded(data: dict) -> StudentFormat:
 
 def format_of_examples(examples: list[dict], where: str) -> StudentFormat:
     """The one format every training example was rendered with."""
-    found = {json.dumps(e.get("format"), sort_keys=True) for e in examples}
+    found = {json.dumps(recorded(e["format"]).model_dump() if e.get("format") else None, sort_keys=True) for e in examples}
     if found == {"null"}:
         raise FormatMismatch(f"{where}: the examples do not record their format (field 'format'); "
                              "write the training set again with `fastvista synth`")

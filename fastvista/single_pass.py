@@ -179,6 +179,8 @@ def parse_output(text: str, answer: Answer = ANSWER) -> list[Claim]:
             raise FormatError(f"line {n} is not '{'k. claim | LABEL' if answer == 'numbered' else 'claim | L'}': {line!r}")
         if answer == "numbered" and int(m.group(1)) != n:
             raise FormatError(f"line {n} is numbered {m.group(1)}")
+        if not m.group(2).strip():
+            raise FormatError(f"line {n} has no claim before its label: {line!r}")
         label = Label(m.group(3)) if answer == "numbered" else _BY_CODE[m.group(3)]
         claims.append(Claim(text=m.group(2).strip(), label=label))
     return claims

@@ -49,9 +49,15 @@ def check_student_format(backend: BackendConfig, cfg: StudentConfig) -> None:
     its adapter (which must have one) or beside its merged model (a model folder without one is a
     base model, scored as it is). A served student is checked where it is served: `fastvista
     serve` refuses an adapter without its format."""
-    if backend.kind == "openai":
-        return
     used = cfg.student_format()
+    if backend.kind == "openai":  # a server on this machine names the folders it serves; one elsewhere cannot be checked
+        from fastvista.llm.openai_backend import served_folders
+
+        folder = served_folders(backend).get(cfg.adapter or backend.model)
+        trained = read_format(folder) if folder else None
+        if trained is not None:
+            check_format(trained, used, f"{folder} (served as {cfg.adapter or backend.model})")
+        return
     if cfg.adapter:
         folder = backend.lora_adapters.get(cfg.adapter)
         if folder is None:
@@ -66,6 +72,14 @@ def check_student_format(backend: BackendConfig, cfg: StudentConfig) -> None:
         if trained is None:
             return
     check_format(trained, used, folder)
+
+
+def trained_rendering(model: str) -> dict:
+    """The student settings merged weights were trained with (their format.json), for the
+    benchmarks that time a student in its own format; none for a base model (the defaults)."""
+    folder = Path(resolve_model(model))
+    fmt = read_format(folder) if folder.is_dir() else None
+    return {k: getattr(fmt, k) for k in ("history_turns", "max_store_claims", "layout", "answer")} if fmt else {}
 
 
 @locked_folder

@@ -56,7 +56,8 @@ def main(tree: dict, out_dir: Path, skip_bad: bool = False, progress: bool = Tru
     examples = [e for s in scored for e in training_examples(s, per_turn)]
     write_jsonl(out_dir / "train.jsonl", examples)
     if config.student_window_turns > 1:
-        window = per_turn.model_copy(update={"turns_per_call": config.student_window_turns})
+        window = StudentFormat(history_turns=per_turn.history_turns, max_store_claims=per_turn.max_store_claims,
+                               turns_per_call=config.student_window_turns)
         write_jsonl(out_dir / "train_window.jsonl", [e for s in scored for e in window_examples(s, window)])
     summary = {**summarise(scored), "training_examples": len(examples), **run_report}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))

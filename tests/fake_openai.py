@@ -19,6 +19,7 @@ class FakeOpenAI:
     def __init__(self, delay: float = 0.0, fail_first: int = 0, throttle_first: int = 0, retry_after: float = 1.0,
                  models: tuple[str, ...] = ("teacher", "student", "scripted", "m")):
         self.delay, self.fail_first, self.models = delay, fail_first, models
+        self.roots: dict[str, str] = {}  # served name -> the folder it is served from (vLLM lists it as `root`)
         self.down_for: str | None = None  # while set, every request whose body holds this text gets a 503
         self.garbled_for: str | None = None  # ... gets a 200 reply with no choices
         self.throttle_first, self.retry_after = throttle_first, retry_after
@@ -41,7 +42,8 @@ class FakeOpenAI:
 
             def do_GET(self):
                 if self.path.rstrip("/").endswith("/models"):
-                    self.reply(200, {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "x"}
+                    self.reply(200, {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "x",
+                                                                 **({"root": server.roots[m]} if m in server.roots else {})}
                                                                 for m in server.models]})
                 else:
                     self.reply(404, {"error": {"message": "not found"}})

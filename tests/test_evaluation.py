@@ -376,7 +376,8 @@ def test_the_speed_benchmark_times_a_student_in_the_format_its_weights_record(tm
     """A compact-format student is timed with its own prompts: the format.json beside its merged
     weights sets the rendering, and its prompts alone are those it was trained on."""
     from fastvista.contract import StudentFormat, write_format
-    from fastvista.evaluation.speed import REFERENCE_FIRST, prompts_alone, trained_rendering
+    from fastvista.evaluation.speed import REFERENCE_FIRST, prompts_alone
+    from fastvista.infer.run import trained_rendering
     from fastvista.evaluation.prefix_reuse import LAYOUTS
     from fastvista.single_pass import SYSTEM_PROMPTS
     from tests.test_student import long_chat

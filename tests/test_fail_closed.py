@@ -305,6 +305,23 @@ def test_score_refuses_a_student_trained_with_another_format(tmp_path):
         check_student_format(windowed.backend, windowed.student)
 
 
+def test_a_student_served_on_this_machine_is_checked_against_the_format_its_folder_records(tmp_path):
+    """Scoring a served coded student with the default settings would force its answers into the
+    numbered format: refused, as for a local engine. A server elsewhere names no folder: unchecked."""
+    from fastvista.contract import FormatMismatch, StudentFormat, write_format
+    from fastvista.infer.run import check_student_format
+    from fastvista.infer.student import StudentConfig
+
+    write_format(tmp_path / "coded", StudentFormat(history_turns=8, max_store_claims=64, layout="reference-first", answer="coded"))
+    with FakeOpenAI() as server:
+        server.roots["student"] = str(tmp_path / "coded")
+        backend = BackendConfig(kind="openai", model="base", base_url=server.url)
+        with pytest.raises(FormatMismatch, match="served as student"):
+            check_student_format(backend, StudentConfig())
+        check_student_format(backend, StudentConfig(layout="reference-first", answer="coded"))
+        check_student_format(backend, StudentConfig(adapter="scripted"))  # served from no folder this machine reads
+
+
 def test_an_answer_budget_the_context_cannot_hold_is_refused_before_any_engine_starts():
     """A 5-turn window with the per-turn budget (5 x 1,536 tokens) cannot fit 4,096 tokens of
     context: every call would be refused after the engine's start, so the settings are refused."""

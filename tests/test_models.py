@@ -209,5 +209,6 @@ def test_a_format_recorded_before_the_layout_and_answer_options_reads_as_that_ti
 
     old = {"version": 1, "history_turns": 8, "turns_per_call": 1, "max_store_claims": 64}
     (tmp_path / "format.json").write_text(json.dumps(old))
-    for fmt in (read_format(tmp_path), format_of_examples([{"format": old}], "old.jsonl")):
+    explicit = {**old, "layout": "store-first", "answer": "numbered"}  # a new validation file beside an old training file
+    for fmt in (read_format(tmp_path), format_of_examples([{"format": old}, {"format": explicit}], "old.jsonl")):
         assert (fmt.layout, fmt.answer) == ("store-first", "numbered")

@@ -58,6 +58,11 @@ def test_the_coded_answer_is_shorter_and_neither_style_reads_the_other():
         parse_output(coded)
     assert not re.fullmatch(output_regex(answer="coded"), numbered) and not re.fullmatch(output_regex(), coded)
     assert parse_output("NONE", "coded") == []
+    for blank in ("1.   | VERIFIED", "1. \x1c | VERIFIED"):  # a claim of nothing is not a claim, in either style
+        with pytest.raises(FormatError, match="no claim before its label"):
+            parse_output(blank)
+    with pytest.raises(FormatError, match="line 2 is not"):
+        parse_output("A claim. | V\n   | L", "coded")
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))

@@ -35,7 +35,8 @@ def decision_tokens(tokenizer, answer: Answer = "numbered") -> Decisions:
     """The decision tokens of this tokenizer and answer style; refuses one whose labels share a
     first token (one token would then not decide the label)."""
     text = {i: tokenizer.convert_tokens_to_string([token]) for token, i in tokenizer.get_vocab().items()}
-    bars = frozenset(i for i, t in text.items() if "|" in t)
+    special = set(getattr(tokenizer, "all_special_ids", []))  # "<|im_end|>" holds a bar but ends a message
+    bars = frozenset(i for i, t in text.items() if "|" in t and i not in special)
     spaces, firsts = set(), {}
     for label in Label:
         ids = tokenizer(render_target([Claim(text="A claim.", label=label)], answer), add_special_tokens=False)["input_ids"]

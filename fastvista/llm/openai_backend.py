@@ -38,30 +38,34 @@ def sends_seed(config: BackendConfig) -> bool:
     return not on_cpu()
 
 
-def served_weights(config: BackendConfig) -> dict:
-    """Content hashes of what a server on this machine serves: vLLM lists each model's and
-    adapter's folder as `root`; a folder this machine can read is hashed, so a retrained adapter
-    re-served under the same name is another model. Anything else (a hosted API, a server
-    elsewhere, a server that does not answer yet) is known by its name only."""
+def served_folders(config: BackendConfig) -> dict[str, str]:
+    """Served name -> the folder a server on this machine serves it from: vLLM lists each model's
+    and adapter's folder as `root`. Empty for anything else (a hosted API, a server elsewhere, a
+    server that does not answer yet): it is known by its names only."""
     import openai
 
-    from fastvista.fingerprint import content_sha256
-
-    hashes = {"model_sha256": None, "adapters": {}}
     if not is_loopback(config.base_url):
-        return hashes
+        return {}
     try:
         client = openai.OpenAI(base_url=config.base_url, api_key=os.environ.get(config.api_key_env) or "EMPTY", timeout=10, max_retries=0)
         served = list(client.models.list())
-    except Exception:  # noqa: BLE001 - no answer: nothing to hash; check() reports an unreachable server
-        return hashes
-    for m in served:
-        root = getattr(m, "root", None)
-        sha = content_sha256(root) if root and os.path.isdir(root) else None
-        if m.id == config.model:
+    except Exception:  # noqa: BLE001 - no answer: nothing to read; check() reports an unreachable server
+        return {}
+    return {m.id: root for m in served if (root := getattr(m, "root", None)) and os.path.isdir(root)}
+
+
+def served_weights(config: BackendConfig) -> dict:
+    """Content hashes of what a server on this machine serves (`served_folders`), so a retrained
+    adapter re-served under the same name is another model."""
+    from fastvista.fingerprint import content_sha256
+
+    hashes = {"model_sha256": None, "adapters": {}}
+    for name, root in served_folders(config).items():
+        sha = content_sha256(root)
+        if name == config.model:
             hashes["model_sha256"] = sha
-        elif sha is not None:
-            hashes["adapters"][m.id] = {"path": root, "sha256": sha}
+        else:
+            hashes["adapters"][name] = {"path": root, "sha256": sha}
     return hashes
 
 
