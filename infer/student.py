@@ -121,7 +121,7 @@ def student_request(messages: list[dict], cfg: StudentConfig, constrained: bool)
         regex=output_regex(cfg.max_claims, cfg.max_claim_chars, cfg.answer) if constrained and cfg.constrain else None,
         lora=cfg.adapter,
         logprobs=cfg.logprobs,
-        end_on_repeated_line=cfg.end_on_repeated_claim,
+        end_on_repeated_line=("numbered" if cfg.answer == "numbered" else "plain") if cfg.end_on_repeated_claim else None,
     )
 
 
@@ -150,7 +150,7 @@ def score_window(
     completions: list[Completion] = []
     request = student_request(window_messages(dialogue, window, store, cfg.history_turns), cfg, False).model_copy(update={
         "max_tokens": cfg.max_tokens * len(window),
-        "end_on_repeated_line": False,  # the same claim may rightly come again in a later turn of the window
+        "end_on_repeated_line": None,  # the same claim may rightly come again in a later turn of the window
         "regex": window_regex(len(window), cfg.max_claims, cfg.max_claim_chars) if constrained and cfg.constrain else None,
     })
     [(per_turn, error, completion)] = yield from ask(

@@ -24,8 +24,9 @@ def test_cache_answers_repeated_calls_without_the_backend(tmp_path, monkeypatch)
     third = again.generate([verify_request("Grass is red.", temperature=0.7)])
     assert not third[0].cached and len(again.backend.requests) == 1
     # so is an answer asked to end at a repeated line (it may be shorter), under its rule's version
-    ended = verify_request("Grass is red.").model_copy(update={"end_on_repeated_line": True})
+    ended = verify_request("Grass is red.").model_copy(update={"end_on_repeated_line": "numbered"})
     assert not again.generate([ended])[0].cached and again.generate([ended])[0].cached
+    assert not again.generate([ended.model_copy(update={"end_on_repeated_line": "plain"})])[0].cached  # lines compared another way
     from fastvista.llm import cache
 
     monkeypatch.setattr(cache, "REPEATED_LINE_RULE", cache.REPEATED_LINE_RULE + 1)

@@ -163,7 +163,7 @@ def test_vllm_ends_an_answer_at_its_first_repeated_line_only_when_asked(vllm_eng
     distinct = r"1\. A \| VERIFIED\n2\. B \| VERIFIED(\n3\. C \| VERIFIED)?"
 
     def answer(regex: str, asked: bool):
-        [c] = vllm_engine.generate([ChatRequest(messages=messages, max_tokens=80, regex=regex, end_on_repeated_line=asked)])
+        [c] = vllm_engine.generate([ChatRequest(messages=messages, max_tokens=80, regex=regex, end_on_repeated_line="numbered" if asked else None)])
         return c
 
     for regex in looping:

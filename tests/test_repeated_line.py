@@ -27,8 +27,8 @@ class Chars:
     def text(self, i: int) -> str:
         return next(p for p, j in self.pieces.items() if j == i)
 
-    def watcher(self):
-        return repeated_line._Watcher(lambda ids: "".join(map(self.text, ids)), self.text, stop_ids=[END])
+    def watcher(self, numbered: bool = True):
+        return repeated_line._Watcher(lambda ids: "".join(map(self.text, ids)), self.text, stop_ids=[END], numbered=numbered)
 
 
 def fires(watcher, ids: list[int], logits=None) -> list[bool]:
@@ -51,29 +51,50 @@ def test_a_line_said_again_with_another_number_ends_the_answer_once_it_is_whole(
     assert fires(tok.watcher(), other) == [False] * 3
 
 
+def test_plain_lines_compare_whole_so_a_claim_that_begins_with_a_number_is_not_a_repeat():
+    """In the coded answer "2. " belongs to the claim: only the same whole line ends the answer."""
+    tok = Chars()
+    ids = tok.ids("Paris is in France. | V", "\n", "2. Paris is in France. | V", "\n", "Paris is in France. | V")
+    assert fires(tok.watcher(numbered=False), ids) == [False] * 4 + [True]
+    assert fires(tok.watcher(numbered=True), ids)[2]  # numbered, the second line would repeat the first
+
+
+def test_the_request_names_how_its_lines_compare():
+    processor = repeated_line.EndOnRepeatedLine.__new__(repeated_line.EndOnRepeatedLine)
+    processor.decode = processor.piece = str
+
+    def watcher(style):
+        params = type("Params", (), {"extra_args": {repeated_line.REPEATED_LINE_ARG: style} if style else None, "all_stop_token_ids": {END}})
+        return processor.new_req_logits_processor(params)
+
+    assert watcher(None) is None
+    assert watcher("plain").key("2. A | V") == "2. A | V"
+    assert watcher("numbered").key("2. A | V") == watcher(1).key("2. A | V") == "A | V"
+
+
 def test_a_newline_inside_a_token_splits_the_lines_where_the_text_does():
     tok = Chars()
     ids = tok.ids("1. A | VERIF", "IED\n2", ". B | VERIFIED", "\n3. A", " | VERIFIED")
     assert fires(tok.watcher(), ids) == [False, False, False, False, True]
 
 
-@settings(max_examples=200)
-@given(st.lists(st.builds(Claim, text=claim_text, label=st.sampled_from(list(Label))), max_size=12))
-def test_an_answer_without_repeated_claims_is_never_ended_early(cs):
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.builds(Claim, text=claim_text, label=st.sampled_from(list(Label))), max_size=12), st.sampled_from(["numbered", "coded"]))
+def test_an_answer_without_repeated_claims_is_never_ended_early(cs, answer):
     """The student's lines end with a label and no label begins another: at no character of an
     answer whose claim lines are all distinct does the rule fire; on a repeat, it fires the
-    moment the repeated label is whole."""
+    moment the repeated label is whole. In either answer style, compared as the student asks."""
     seen, distinct = set(), []
     for c in cs:
         if (normalise_claim(c.text), c.label) not in seen:
             seen.add((normalise_claim(c.text), c.label))
             distinct.append(c)
-    tok = Chars()
-    answer = list(render_target(distinct))
-    assert not any(fires(tok.watcher(), tok.ids(*answer)))
+    tok, numbered = Chars(), answer == "numbered"
+    written = list(render_target(distinct, answer))
+    assert not any(fires(tok.watcher(numbered), tok.ids(*written)))
     if distinct:
-        looped = list(render_target([*distinct, distinct[0]]))
-        assert fires(tok.watcher(), tok.ids(*looped))[-2:] == [False, True]
+        looped = list(render_target([*distinct, distinct[0]], answer))
+        assert fires(tok.watcher(numbered), tok.ids(*looped))[-2:] == [False, True]
 
 
 def test_the_end_is_never_forced_where_the_format_forbids_it():

@@ -137,7 +137,7 @@ def test_a_served_answer_ends_at_its_first_repeated_line_like_an_offline_one(tin
     model, which would go on)."""
     request = ChatRequest(messages=[{"role": "user", "content": "List the claims."}], max_tokens=80,
                           regex=r"1\. A \| VERIFIED\n2\. A \| VERIFIED(\n[0-9]\. [A-Z]{1,3} \| VERIFIED){0,3}")
-    asked = request.model_copy(update={"end_on_repeated_line": True})
+    asked = request.model_copy(update={"end_on_repeated_line": "numbered"})
     base = make_backend(BackendConfig(kind="openai", model=str(tiny_model), base_url=server, max_retries=0, timeout=120))
     [plain_offline, asked_offline] = offline.generate([request, asked])
     [plain_served, asked_served] = base.generate([request, asked])

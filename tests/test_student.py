@@ -105,9 +105,10 @@ def test_only_per_turn_calls_ask_to_end_at_a_repeated_claim_and_only_when_told()
             pass  # a scripted window answer may not read; the request was sent
         return {r.end_on_repeated_line for r in backend.requests}
 
-    assert asked() == {False}
-    assert asked(end_on_repeated_claim=True) == {True}
-    assert asked(end_on_repeated_claim=True, turns_per_call=2) == {False}
+    assert asked() == {None}
+    assert asked(end_on_repeated_claim=True) == {"numbered"}
+    assert asked(end_on_repeated_claim=True, answer="coded") == {"plain"}  # "3. " may begin a coded claim
+    assert asked(end_on_repeated_claim=True, turns_per_call=2) == {None}
 
 
 def test_a_wave_batches_the_next_turn_of_every_open_dialogue(tmp_path):

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 REPEATED_LINE_PROCESSOR = "fastvista.llm.repeated_line:EndOnRepeatedLine"
 REPEATED_LINE_ARG = "fastvista_end_on_repeated_line"
 REPEATED_LINE_RULE = 1
+LineStyle = Literal["numbered", "plain"]
 
 
 class ChatRequest(BaseModel):
@@ -31,11 +32,11 @@ class ChatRequest(BaseModel):
     json_schema: Optional[dict] = None
     lora: Optional[str] = None  # name of a LoRA adapter the backend was configured with
     logprobs: int = 0  # top-k log-probabilities per generated token (0: none)
-    # End the answer at its first line that repeats an earlier one, numbering aside (a looping
-    # model): only for formats whose complete lines never begin longer ones (fastvista/llm/repeated_line.py).
-    # A vLLM CPU engine honours it, in process or behind `fastvista serve`; other engines (GPU, speculative,
-    # hf, other servers) write the whole answer.
-    end_on_repeated_line: bool = False
+    # End the answer at its first line that repeats an earlier one (a looping model): "numbered" lines
+    # compare without their leading "k. ", "plain" ones whole. Only for formats whose complete lines
+    # never begin longer ones (fastvista/llm/repeated_line.py). A vLLM CPU engine honours it, in process
+    # or behind `fastvista serve`; other engines (GPU, speculative, hf, other servers) write the whole answer.
+    end_on_repeated_line: Optional[LineStyle] = None
 
 
 class TokenLogprob(BaseModel):

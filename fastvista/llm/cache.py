@@ -27,7 +27,9 @@ def request_key(model: str, request: ChatRequest, fingerprint: dict | None = Non
         weights = [fingerprint["model_sha256"], adapter["sha256"] if adapter else None, fingerprint.get("dtype")]
     asked = request.model_dump(exclude=set() if request.end_on_repeated_line else {"end_on_repeated_line"})  # older keys stay valid
     if request.end_on_repeated_line:  # an answer ended by one version of the rule is not another's
-        asked["end_on_repeated_line"] = REPEATED_LINE_RULE
+        # numbered lines keep the keys of the rule's first version, which compared every answer that way
+        style = request.end_on_repeated_line
+        asked["end_on_repeated_line"] = REPEATED_LINE_RULE if style == "numbered" else f"{REPEATED_LINE_RULE}/{style}"
     payload = json.dumps({"model": model, "weights": weights, "request": asked}, sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 

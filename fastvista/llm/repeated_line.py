@@ -4,7 +4,8 @@ A small model decoding greedily can loop: it writes one line again and again unt
 last line. The student merges repeated claims, so those tokens are decoded for nothing: on the
 shipped student a fifth of all decoding (docs/student.md). A request that asks for it
 (`ChatRequest.end_on_repeated_line`) is ended by vLLM as soon as the line it is writing equals a
-line it already ended, numbering aside. The price: a looping answer that would have gone on to a
+line it already ended (numbering aside when the request says its lines are numbered: the
+numbered student's "k. " changes on a repeat, while in the coded answer "3. " would be claim text). The price: a looping answer that would have gone on to a
 new line after its repeat ends without it (measured in docs/student.md).
 
 Only for formats in which no complete line is the beginning of a longer one: the student's lines
@@ -30,16 +31,21 @@ def _unnumbered(line: str) -> str:
     return _NUMBERING.sub("", line, count=1)
 
 
+def _whole(line: str) -> str:
+    return line
+
+
 class _Watcher:
     """One request: ends it once the line it is writing repeats an ended one. Only the current
     line is decoded each step (a line ends at a token whose text holds a newline), so the cost
     does not grow with the answer; a character split across tokens decodes whole within its line."""
 
-    def __init__(self, decode, piece, stop_ids: list[int]):
+    def __init__(self, decode, piece, stop_ids: list[int], numbered: bool = True):
         self.decode, self.piece, self.stop_ids = decode, piece, stop_ids
+        self.key = _unnumbered if numbered else _whole  # what of a line is compared
         self.read = self.line_start = 0  # tokens read; where the current line's tokens begin
         self.carry = ""  # the current line's text inside the token that ended the last line
-        self.ended: set[str] = set()  # the ended lines, numbering aside
+        self.ended: set[str] = set()  # the ended lines' keys
         self.failed = False
 
     def __call__(self, output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
@@ -56,10 +62,10 @@ class _Watcher:
         for i in range(self.read, len(output_ids)):
             if "\n" in self.piece(output_ids[i]):
                 *lines, self.carry = (self.carry + self.decode(output_ids[self.line_start:i + 1])).split("\n")
-                self.ended.update(_unnumbered(line) for line in lines)
+                self.ended.update(self.key(line) for line in lines)
                 self.line_start = i + 1
         self.read = len(output_ids)
-        current = _unnumbered(self.carry + self.decode(output_ids[self.line_start:]))
+        current = self.key(self.carry + self.decode(output_ids[self.line_start:]))
         if not current or current not in self.ended:
             return logits
         ends = logits[self.stop_ids]
@@ -96,6 +102,7 @@ class EndOnRepeatedLine(AdapterLogitsProcessor):
         return self.decode([token_id])
 
     def new_req_logits_processor(self, params):
-        if not (params.extra_args or {}).get(REPEATED_LINE_ARG) or not params.all_stop_token_ids:
+        style = (params.extra_args or {}).get(REPEATED_LINE_ARG)  # a LineStyle (the first version sent 1: numbered)
+        if not style or not params.all_stop_token_ids:
             return None
-        return _Watcher(self.decode, self.piece, sorted(params.all_stop_token_ids))
+        return _Watcher(self.decode, self.piece, sorted(params.all_stop_token_ids), numbered=style != "plain")
