@@ -63,13 +63,14 @@ def test_the_request_names_how_its_lines_compare():
     processor = repeated_line.EndOnRepeatedLine.__new__(repeated_line.EndOnRepeatedLine)
     processor.decode = processor.piece = str
 
-    def watcher(style):
-        params = type("Params", (), {"extra_args": {repeated_line.REPEATED_LINE_ARG: style} if style else None, "all_stop_token_ids": {END}})
-        return processor.new_req_logits_processor(params)
+    def watcher(extra_args):
+        return processor.new_req_logits_processor(type("Params", (), {"extra_args": extra_args, "all_stop_token_ids": {END}}))
 
-    assert watcher(None) is None
-    assert watcher("plain").key("2. A | V") == "2. A | V"
-    assert watcher("numbered").key("2. A | V") == watcher(1).key("2. A | V") == "A | V"
+    numbered, plain = (repeated_line.REPEATED_LINE_ARGS[s] for s in ("numbered", "plain"))
+    assert watcher(None) is None and watcher({}) is None and watcher({"other": 1}) is None
+    assert watcher({plain: 1}).key("2. A | V") == "2. A | V"
+    assert watcher({numbered: 1}).key("2. A | V") == "A | V"  # also what a client of the first version sent
+    assert watcher({numbered: 1, plain: 1}) is None  # asked both ways: the answer is written whole
 
 
 def test_a_newline_inside_a_token_splits_the_lines_where_the_text_does():

@@ -13,11 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 # `end_on_repeated_line` in vLLM: the logits processor that does it, the extra argument that asks for
-# it (SamplingParams.extra_args in process, `vllm_xargs` served) and the rule's version (in cache keys)
+# it in each line style (SamplingParams.extra_args in process, `vllm_xargs` served; one name a style, so
+# a server older than the plain style ignores its requests and writes them whole) and the rule's
+# version (in cache keys)
 REPEATED_LINE_PROCESSOR = "fastvista.llm.repeated_line:EndOnRepeatedLine"
-REPEATED_LINE_ARG = "fastvista_end_on_repeated_line"
-REPEATED_LINE_RULE = 1
 LineStyle = Literal["numbered", "plain"]
+REPEATED_LINE_ARGS: dict[str, str] = {"numbered": "fastvista_end_on_repeated_line", "plain": "fastvista_end_on_repeated_plain_line"}
+REPEATED_LINE_RULE = 1
 
 
 class ChatRequest(BaseModel):

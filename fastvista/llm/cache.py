@@ -25,7 +25,7 @@ def request_key(model: str, request: ChatRequest, fingerprint: dict | None = Non
     if fingerprint is not None:
         adapter = fingerprint["adapters"].get(request.lora) if request.lora else None
         weights = [fingerprint["model_sha256"], adapter["sha256"] if adapter else None, fingerprint.get("dtype")]
-    asked = request.model_dump(exclude=set() if request.end_on_repeated_line else {"end_on_repeated_line"})  # older keys stay valid
+    asked = request.model_dump(exclude=set() if request.end_on_repeated_line else {"end_on_repeated_line"})  # older keys stay valid (numbered answers' too, below)
     if request.end_on_repeated_line:  # an answer ended by one version of the rule is not another's
         # numbered lines keep the keys of the rule's first version, which compared every answer that way
         style = request.end_on_repeated_line

@@ -13,7 +13,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
-from fastvista.llm import REPEATED_LINE_ARG, BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob
+from fastvista.llm import REPEATED_LINE_ARGS, REPEATED_LINE_RULE, BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob
 
 
 def is_loopback(base_url: str | None) -> bool:
@@ -118,7 +118,7 @@ class OpenAIBackend:
         elif r.json_schema:
             extra["structured_outputs"] = {"json": r.json_schema}
         if r.end_on_repeated_line:  # a vLLM server without fastvista's logits processor ignores it
-            extra["vllm_xargs"] = {REPEATED_LINE_ARG: r.end_on_repeated_line}
+            extra["vllm_xargs"] = {REPEATED_LINE_ARGS[r.end_on_repeated_line]: REPEATED_LINE_RULE}
         kwargs = dict(
             model=r.lora or self.config.model,
             messages=r.messages,

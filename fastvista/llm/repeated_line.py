@@ -4,9 +4,10 @@ A small model decoding greedily can loop: it writes one line again and again unt
 last line. The student merges repeated claims, so those tokens are decoded for nothing: on the
 shipped student a fifth of all decoding (docs/student.md). A request that asks for it
 (`ChatRequest.end_on_repeated_line`) is ended by vLLM as soon as the line it is writing equals a
-line it already ended (numbering aside when the request says its lines are numbered: the
-numbered student's "k. " changes on a repeat, while in the coded answer "3. " would be claim text). The price: a looping answer that would have gone on to a
-new line after its repeat ends without it (measured in docs/student.md).
+line it already ended: numbered lines without their "k. " (which changes on a repeat), plain
+lines whole (in the coded answer a leading "3. " is claim text). The price: a looping answer
+that would have gone on to a new line after its repeat ends without it (measured in
+docs/student.md).
 
 Only for formats in which no complete line is the beginning of a longer one: the student's lines
 end with a label, and no label begins another. The end is forced only where the request's own
@@ -22,7 +23,7 @@ from functools import lru_cache
 import torch
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-from fastvista.llm import REPEATED_LINE_ARG
+from fastvista.llm import REPEATED_LINE_ARGS
 
 _NUMBERING = re.compile(r"^\d+\. ")
 
@@ -77,7 +78,7 @@ class _Watcher:
 
 
 class EndOnRepeatedLine(AdapterLogitsProcessor):
-    """vLLM logits processor: ends the requests whose extra_args ask for it (REPEATED_LINE_ARG) at
+    """vLLM logits processor: ends the requests whose extra_args ask for it (REPEATED_LINE_ARGS) at
     their first repeated line; others pass untouched."""
 
     def __init__(self, vllm_config, device, is_pin_memory):
@@ -102,7 +103,7 @@ class EndOnRepeatedLine(AdapterLogitsProcessor):
         return self.decode([token_id])
 
     def new_req_logits_processor(self, params):
-        style = (params.extra_args or {}).get(REPEATED_LINE_ARG)  # a LineStyle (the first version sent 1: numbered)
-        if not style or not params.all_stop_token_ids:
+        asked = [style for style, arg in REPEATED_LINE_ARGS.items() if (params.extra_args or {}).get(arg)]
+        if len(asked) != 1 or not params.all_stop_token_ids:  # not asked, or asked both ways: decoded whole
             return None
-        return _Watcher(self.decode, self.piece, sorted(params.all_stop_token_ids), numbered=style != "plain")
+        return _Watcher(self.decode, self.piece, sorted(params.all_stop_token_ids), numbered=asked[0] == "numbered")

@@ -23,7 +23,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from fastvista.llm import REPEATED_LINE_ARG, REPEATED_LINE_PROCESSOR, BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob, compute_dtype
+from fastvista.llm import REPEATED_LINE_ARGS, REPEATED_LINE_PROCESSOR, REPEATED_LINE_RULE, BackendConfig, ChatRequest, Completion, ConfigError, TokenLogprob, compute_dtype
 from fastvista.models import resolve_model
 from fastvista.precision import weight_scale
 
@@ -188,7 +188,7 @@ class VLLMBackend:
             stop=r.stop,
             logprobs=r.logprobs or None,
             structured_outputs=structured,
-            extra_args={REPEATED_LINE_ARG: r.end_on_repeated_line} if r.end_on_repeated_line and self.ends_repeated_lines else None,
+            extra_args={REPEATED_LINE_ARGS[r.end_on_repeated_line]: REPEATED_LINE_RULE} if r.end_on_repeated_line and self.ends_repeated_lines else None,
         )
 
     def check(self, adapters: list[str | None]) -> None:
