@@ -311,8 +311,9 @@ def data_corpus_split(
                                      "dialogue-level student scoring this many turns a call (0 or 1: none)."),
     layout: str = typer.Option(LAYOUT, help="Order of the per-turn prompt's sections: store-first, or "
                                "reference-first (more of it reused from turn to turn by a prefix cache)."),
-    answer: str = typer.Option(ANSWER, help="Per-turn answer style: numbered ('1. claim | LABEL') or coded "
-                               "('claim | L', a third fewer tokens to decode)."),
+    answer: str = typer.Option(ANSWER, help="Per-turn answer style: numbered ('1. claim | LABEL'), coded "
+                               "('claim | L', a third fewer tokens to decode) or worded ('1. claim | word', "
+                               "short label words such as 'verified' or 'unsupported')."),
 ):
     """The labelled corpus as the student's training, validation and test files, with its report:
     label counts and claims per turn per split, and the checks (turns the teacher could not label

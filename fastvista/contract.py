@@ -22,9 +22,10 @@ FILE = "format.json"
 # The order of the prompt's sections: store first (the first students), or reference first, which a
 # prefix cache reuses more of from one turn to the next (docs/speed.md, "Prefix reuse").
 Layout = Literal["store-first", "reference-first"]
-# How the answer writes a claim: "1. claim | LABEL", or "claim | L" with a one-letter label, which
-# decodes a third fewer tokens (docs/student.md, "The speedup a user gets").
-Answer = Literal["numbered", "coded"]
+# How the answer writes a claim: "1. claim | LABEL"; "claim | L" with a one-letter label, which
+# decodes a third fewer tokens (docs/student.md, "The speedup a user gets"); or "1. claim | word"
+# with a short label word (docs/student.md, "Short label words"). fastvista/single_pass.py spells them.
+Answer = Literal["numbered", "coded", "worded"]
 # The shipped student's layout and answer style: every student format, setting and command defaults to them.
 LAYOUT: Layout = "store-first"
 ANSWER: Answer = "numbered"

@@ -24,8 +24,8 @@ from fastvista.memory import MAX_STORE_CLAIMS, initial_store, turn_result
 from fastvista.protocol import ScoringFailed, ask, usage_of
 from fastvista.schema import Claim, Dialogue, ScoredDialogue, TurnResult, Usage
 from fastvista.scoring import scored_dialogue
-from fastvista.single_pass import (HISTORY_TURNS, MAX_CLAIM_CHARS, MAX_CLAIMS, distinct_claims, max_answer_chars, output_regex,
-                                   parse_output, spelled, student_messages)
+from fastvista.single_pass import (ANSWER_STYLES, HISTORY_TURNS, MAX_CLAIM_CHARS, MAX_CLAIMS, distinct_claims, max_answer_chars,
+                                   output_regex, parse_output, spelled, student_messages)
 from fastvista.window_pass import parse_window_output, window_messages, window_regex, windows
 
 CHARS_PER_TOKEN = 2  # no tokenizer spends fewer than this many characters of English claims a token on average
@@ -121,7 +121,7 @@ def student_request(messages: list[dict], cfg: StudentConfig, constrained: bool)
         regex=output_regex(cfg.max_claims, cfg.max_claim_chars, cfg.answer) if constrained and cfg.constrain else None,
         lora=cfg.adapter,
         logprobs=cfg.logprobs,
-        end_on_repeated_line=("numbered" if cfg.answer == "numbered" else "plain") if cfg.end_on_repeated_claim else None,
+        end_on_repeated_line=("numbered" if ANSWER_STYLES[cfg.answer].numbered else "plain") if cfg.end_on_repeated_claim else None,
     )
 
 

@@ -99,8 +99,9 @@ def student_answer(request: ChatRequest) -> str:
 
     sections = split_sections(request.messages[-1]["content"])
     answer = turn_answer(sections["[TURN]"], sections["[REFERENCE]"] + "\n" + sections["[KNOWLEDGE STORE]"], request.temperature)
-    if request.messages[0]["content"] == SYSTEM_PROMPTS["coded"] and "MAYBE" not in answer:  # the same claims, coded
-        return render_target(parse_output(answer), "coded")
+    style = next((name for name, prompt in SYSTEM_PROMPTS.items() if prompt == request.messages[0]["content"]), "numbered")
+    if style != "numbered" and "MAYBE" not in answer:  # the same claims, in the asked style
+        return render_target(parse_output(answer), style)
     return answer
 
 

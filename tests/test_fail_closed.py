@@ -382,7 +382,7 @@ def test_every_shipped_config_is_valid(path):
     tree = load_config(path, [])
     whole = {"train_speed_cpu.yaml": TrainSpeedConfig, "train_speed_precision_cpu.yaml": TrainSpeedConfig,
              "train_speed_lm_head_cpu.yaml": TrainSpeedConfig, "speed_cpu.yaml": SpeedConfig, "deployment_speed_cpu.yaml": SpeedConfig, "learning_curve_cpu.yaml": LearningCurveConfig, "learning_curve_qwen05_cpu.yaml": LearningCurveConfig,
-             "learning_curve_qwen05_all_cpu.yaml": LearningCurveConfig, "learning_curve_all_cpu.yaml": LearningCurveConfig, "learning_curve_coded_cpu.yaml": LearningCurveConfig,
+             "learning_curve_qwen05_all_cpu.yaml": LearningCurveConfig, "learning_curve_all_cpu.yaml": LearningCurveConfig, "learning_curve_coded_cpu.yaml": LearningCurveConfig, "learning_curve_worded_cpu.yaml": LearningCurveConfig,
              "vista_ablation.yaml": AblationConfig, "scaling_cpu.yaml": ScalingConfig, "live_latency_cpu.yaml": LiveLatencyConfig}
     given = {"live_latency_cpu.yaml": {"student_model": "given with --set"}}  # required keys the command line gives
     name = path.split("/")[-1]

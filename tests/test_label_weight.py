@@ -4,6 +4,7 @@ TRL's own loss (fused LM head) and a LoRA adapter as the student trains."""
 import pytest
 
 from fastvista.contract import StudentFormat
+from fastvista.labels import Label
 from fastvista.synth.pipeline import TeacherConfig
 from fastvista.synth.training_set import training_examples
 from tests.test_pipeline import drive, museum_dialogue
@@ -127,20 +128,22 @@ def test_teacher_forced_label_accuracy_reads_each_claims_decision(tmp_path, tiny
     assert report["accuracy"] == round(truth.count(lowest) / len(lines), 4)
 
 
-def test_in_the_coded_answer_the_letter_is_the_decision(tiny_model, example):
-    """One-letter labels: the letter after each bar decides the claim, and only it is weighed."""
+@pytest.mark.parametrize("style", ["coded", "worded"])
+def test_in_a_short_answer_the_first_token_of_the_label_is_the_decision(tiny_model, example, style):
+    """One-letter labels or short label words: the first token after each bar decides the claim,
+    and only it is weighed."""
     import torch
     from transformers import AutoTokenizer
 
-    from fastvista.single_pass import LABEL_CODES, parse_output, render_target
+    from fastvista.single_pass import parse_output, render_target
     from fastvista.train.label_weight import decision_positions, decision_tokens
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     claims = parse_output(example["completion"][0]["content"])
-    answer = render_target(claims, "coded")
-    decisions = decision_tokens(tokenizer, "coded")
+    answer = render_target(claims, style)
+    decisions = decision_tokens(tokenizer, style)
     firsts = decisions.firsts
-    assert sorted(firsts.values()) == sorted(label.value for label in LABEL_CODES)
+    assert sorted(firsts.values()) == sorted(label.value for label in Label)
     prompt = tokenizer("[TURN] a turn | with a bar\n", add_special_tokens=False)["input_ids"]
     ids = torch.tensor([prompt + tokenizer(answer, add_special_tokens=False)["input_ids"]])
     labels = torch.tensor([[-100] * len(prompt) + ids[0, len(prompt):].tolist()])

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from fastvista.labels import Label
 from fastvista.schema import Claim
-from fastvista.single_pass import render_target
+from fastvista.single_pass import ANSWER_STYLES, render_target
 from fastvista.text import normalise_claim
 from tests.test_single_pass import claim_text
 
@@ -80,7 +80,7 @@ def test_a_newline_inside_a_token_splits_the_lines_where_the_text_does():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.builds(Claim, text=claim_text, label=st.sampled_from(list(Label))), max_size=12), st.sampled_from(["numbered", "coded"]))
+@given(st.lists(st.builds(Claim, text=claim_text, label=st.sampled_from(list(Label))), max_size=12), st.sampled_from(["numbered", "coded", "worded"]))
 def test_an_answer_without_repeated_claims_is_never_ended_early(cs, answer):
     """The student's lines end with a label and no label begins another: at no character of an
     answer whose claim lines are all distinct does the rule fire; on a repeat, it fires the
@@ -90,7 +90,7 @@ def test_an_answer_without_repeated_claims_is_never_ended_early(cs, answer):
         if (normalise_claim(c.text), c.label) not in seen:
             seen.add((normalise_claim(c.text), c.label))
             distinct.append(c)
-    tok, numbered = Chars(), answer == "numbered"
+    tok, numbered = Chars(), ANSWER_STYLES[answer].numbered
     written = list(render_target(distinct, answer))
     assert not any(fires(tok.watcher(numbered), tok.ids(*written)))
     if distinct:

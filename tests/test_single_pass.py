@@ -6,14 +6,14 @@ from hypothesis import strategies as st
 
 from fastvista.labels import Label
 from fastvista.schema import Claim
-from fastvista.single_pass import (LAYOUTS, MAX_CLAIM_CHARS, MAX_CLAIMS, SECTIONS, max_answer_chars, output_regex, parse_output, render_target,
-                                   render_user_message, split_sections)
+from fastvista.single_pass import (LABEL_WORDS, LAYOUTS, MAX_CLAIM_CHARS, MAX_CLAIMS, SECTIONS, SYSTEM_PROMPTS, max_answer_chars, output_regex,
+                                   parse_output, render_target, render_user_message, spelled, split_sections)
 from fastvista.text import ESCAPE, FormatError, normalise_claim
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
 # Text that tries hard to forge the format: headers, escapes, separators, labels, newlines.
 hostile = st.lists(
-    st.sampled_from([*SECTIONS, "\n", "\\", "[", "|", " | VERIFIED", " | V", "1. ", "User: ", "NONE", "x", " "]), max_size=30
+    st.sampled_from([*SECTIONS, "\n", "\\", "[", "|", " | VERIFIED", " | V", " | verified", "1. ", "User: ", "NONE", "x", " "]), max_size=30
 ).map("".join)
 claim_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=120).filter(
     lambda t: normalise_claim(t) != ""
@@ -25,7 +25,7 @@ def unescape(block: str) -> str:
     return "\n".join(l[1:] if l.startswith(ESCAPE) else l for l in block.split("\n"))
 
 
-ANSWERS = ("numbered", "coded")
+ANSWERS = ("numbered", "coded", "worded")
 
 
 @pytest.mark.parametrize("answer", ANSWERS)
@@ -43,7 +43,8 @@ def test_every_target_matches_the_structured_output_regex_within_its_bound(cs, a
     cs = [c for c in cs if len(normalise_claim(c.text)) <= MAX_CLAIM_CHARS][:MAX_CLAIMS]
     target = render_target(cs, answer)
     assert re.fullmatch(output_regex(answer=answer), target)
-    longest = [Claim(text="x" * MAX_CLAIM_CHARS, label=Label.LACKING_EVIDENCE)] * MAX_CLAIMS
+    longest_label = max(Label, key=lambda label: len(spelled(label, answer)))
+    longest = [Claim(text="x" * MAX_CLAIM_CHARS, label=longest_label)] * MAX_CLAIMS
     assert len(render_target(longest, answer)) + 1 == max_answer_chars(answer=answer)  # the bound counts a newline a line
 
 
@@ -52,7 +53,7 @@ def test_the_coded_answer_is_shorter_and_neither_style_reads_the_other():
     coded, numbered = render_target(cs, "coded"), render_target(cs)
     assert coded == "Birds are dinosaurs. | L\nI like birds. | O"
     assert len(coded) < len(numbered)
-    with pytest.raises(FormatError, match="not 'claim \\| L'"):
+    with pytest.raises(FormatError, match=r"not 'claim \| LABEL' \(labels: V, O, A, C, L\)"):
         parse_output(numbered, "coded")
     with pytest.raises(FormatError, match="not 'k. claim"):
         parse_output(coded)
@@ -63,6 +64,32 @@ def test_the_coded_answer_is_shorter_and_neither_style_reads_the_other():
             parse_output(blank)
     with pytest.raises(FormatError, match="line 2 is not"):
         parse_output("A claim. | V\n   | L", "coded")
+
+
+def test_the_worded_answer_writes_short_label_words_that_no_other_style_reads():
+    cs = [Claim(text="Birds are dinosaurs.", label=Label.LACKING_EVIDENCE), Claim(text="I like birds.", label=Label.OUT_OF_SCOPE)]
+    worded = render_target(cs, "worded")
+    assert worded == "1. Birds are dinosaurs. | unsupported\n2. I like birds. | subjective"
+    assert len(worded) < len(render_target(cs))
+    for other in ("numbered", "coded"):
+        with pytest.raises(FormatError, match="line 1 is not"):
+            parse_output(worded, other)
+        with pytest.raises(FormatError, match="line 1 is not"):
+            parse_output(render_target(cs, other), "worded")
+        assert not re.fullmatch(output_regex(answer="worded"), render_target(cs, other))
+    with pytest.raises(FormatError, match="line 2 is numbered 3"):
+        parse_output("1. A claim. | verified\n3. B. | declined", "worded")
+    with pytest.raises(FormatError, match="line 1 is not"):  # a label word must be whole, in its own case
+        parse_output("1. A claim. | Verified", "worded")
+
+
+def test_the_worded_prompt_is_the_numbered_one_with_its_label_words():
+    """Only the spellings change: the rules, the example and the format stay those the shipped student learned."""
+    worded = SYSTEM_PROMPTS["worded"]
+    for label, word in LABEL_WORDS.items():
+        worded = worded.replace(f"{word}:", f"{label.value}:").replace(f"| {word}", f"| {label.value}")
+    assert worded == SYSTEM_PROMPTS["numbered"]
+    assert len(set(LABEL_WORDS.values())) == len(Label)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))

@@ -108,6 +108,7 @@ def test_only_per_turn_calls_ask_to_end_at_a_repeated_claim_and_only_when_told()
     assert asked() == {None}
     assert asked(end_on_repeated_claim=True) == {"numbered"}
     assert asked(end_on_repeated_claim=True, answer="coded") == {"plain"}  # "3. " may begin a coded claim
+    assert asked(end_on_repeated_claim=True, answer="worded") == {"numbered"}
     assert asked(end_on_repeated_claim=True, turns_per_call=2) == {None}
 
 

@@ -1,6 +1,7 @@
 """Weight the loss of the tokens that decide each claim's label.
 
-In the student's answer ("1. A claim. | LACKING_EVIDENCE", or "A claim. | L" coded) one token
+In the student's answer ("1. A claim. | LACKING_EVIDENCE", "A claim. | L" coded, "1. A claim. |
+unsupported" worded) one token
 decides a claim's label: the first after the bar (the labels' first tokens differ). The claim's own words are most of the
 loss, so the plain loss teaches the student to write claims long before it teaches their labels:
 after 254 corpus turns SmolLM2-135M wrote OUT_OF_SCOPE for every claim (docs/student.md).
