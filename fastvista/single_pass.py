@@ -51,6 +51,14 @@ class AnswerStyle:
     words: dict[Label, str]
     system_prompt: str
 
+    def __post_init__(self):
+        """What the parser, the forced format and the early end at a repeated line rely on: one
+        spelling a label, each plain text of its own that no other begins."""
+        spellings = list(self.words.values())
+        assert set(self.words) == set(Label) and len(set(spellings)) == len(spellings), spellings
+        assert all(w and w == w.strip() and not set(w) & {"|", "\n"} for w in spellings), spellings
+        assert not any(a != b and b.startswith(a) for a in spellings for b in spellings), spellings
+
     def line(self, k: int, claim: str, label: Label) -> str:
         return f"{k}. {claim} | {self.words[label]}" if self.numbered else f"{claim} | {self.words[label]}"
 
@@ -109,11 +117,12 @@ def max_answer_chars(max_claims: int = MAX_CLAIMS, max_claim_chars: int = MAX_CL
 def output_regex(max_claims: int = MAX_CLAIMS, max_claim_chars: int = MAX_CLAIM_CHARS, answer: Answer = ANSWER) -> str:
     """The whole answer as one regex, for structured outputs: NONE, or claims (numbered 1, 2, ...
     in a numbered style). Its longest match is bounded, so an answer forced into it always ends."""
-    labels = "|".join(spelled(l, answer) for l in Label)
+    labels = "|".join(re.escape(spelled(l, answer)) for l in Label)
     pattern = ""
     for k in range(max_claims, 0, -1):
         number = rf"{k}\. " if ANSWER_STYLES[answer].numbered else ""
-        line = rf"{number}[^|\n]{{1,{max_claim_chars}}} \| ({labels})"
+        # a claim begins with a character that is not a space: "1.  | LABEL" is no claim (the parser refuses it)
+        line = rf"{number}[^|\n ][^|\n]{{0,{max_claim_chars - 1}}} \| ({labels})"
         pattern = rf"{line}(\n{pattern})?" if pattern else line
     return rf"({NO_CLAIMS}|{pattern})"
 

@@ -62,6 +62,7 @@ def test_the_coded_answer_is_shorter_and_neither_style_reads_the_other():
     for blank in ("1.   | VERIFIED", "1. \x1c | VERIFIED"):  # a claim of nothing is not a claim, in either style
         with pytest.raises(FormatError, match="no claim before its label"):
             parse_output(blank)
+    assert not re.fullmatch(output_regex(), "1.   | VERIFIED")  # nor can a forced answer write one of spaces
     with pytest.raises(FormatError, match="line 2 is not"):
         parse_output("A claim. | V\n   | L", "coded")
 
