@@ -11,6 +11,7 @@ that it cannot forge a label.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -55,9 +56,12 @@ class AnswerStyle:
         """What the parser, the forced format and the early end at a repeated line rely on: one
         spelling a label, each plain text of its own that no other begins."""
         spellings = list(self.words.values())
-        assert set(self.words) == set(Label) and len(set(spellings)) == len(spellings), spellings
-        assert all(w and w == w.strip() and not set(w) & {"|", "\n"} for w in spellings), spellings
-        assert not any(a != b and b.startswith(a) for a in spellings for b in spellings), spellings
+        if set(self.words) != set(Label) or len(set(spellings)) != len(spellings):
+            raise ValueError(f"an answer style spells every label once, each differently: {spellings}")
+        if not all(w and w == w.strip() and not set(w) & {"|", "\n"} for w in spellings):
+            raise ValueError(f"a label spelling is plain text, without a bar or surrounding space: {spellings}")
+        if any(a != b and b.startswith(a) for a in spellings for b in spellings):
+            raise ValueError(f"no label spelling may begin another: {spellings}")
 
     def line(self, k: int, claim: str, label: Label) -> str:
         return f"{k}. {claim} | {self.words[label]}" if self.numbered else f"{claim} | {self.words[label]}"
@@ -117,12 +121,16 @@ def max_answer_chars(max_claims: int = MAX_CLAIMS, max_claim_chars: int = MAX_CL
 def output_regex(max_claims: int = MAX_CLAIMS, max_claim_chars: int = MAX_CLAIM_CHARS, answer: Answer = ANSWER) -> str:
     """The whole answer as one regex, for structured outputs: NONE, or claims (numbered 1, 2, ...
     in a numbered style). Its longest match is bounded, so an answer forced into it always ends."""
+    if max_claims < 1 or max_claim_chars < 1:
+        raise ValueError(f"an answer holds at least one claim of at least one character (got {max_claims}, {max_claim_chars})")
     labels = "|".join(re.escape(spelled(l, answer)) for l in Label)
+    # A claim begins with a character the parser does not strip: "1. \u3000 | LABEL" is no claim. The
+    # blanks are written out (an engine's `\s` may mean fewer of them than Python's).
+    blanks = "".join(f"\\u{ord(c):04x}" for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())
     pattern = ""
     for k in range(max_claims, 0, -1):
         number = rf"{k}\. " if ANSWER_STYLES[answer].numbered else ""
-        # a claim begins with a character that is not a space: "1.  | LABEL" is no claim (the parser refuses it)
-        line = rf"{number}[^|\n ][^|\n]{{0,{max_claim_chars - 1}}} \| ({labels})"
+        line = rf"{number}[^|{blanks}][^|\n]{{0,{max_claim_chars - 1}}} \| ({labels})"
         pattern = rf"{line}(\n{pattern})?" if pattern else line
     return rf"({NO_CLAIMS}|{pattern})"
 

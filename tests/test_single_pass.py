@@ -1,4 +1,5 @@
 import re
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -6,7 +7,7 @@ from hypothesis import strategies as st
 
 from fastvista.labels import Label
 from fastvista.schema import Claim
-from fastvista.single_pass import (LABEL_WORDS, LAYOUTS, MAX_CLAIM_CHARS, MAX_CLAIMS, SECTIONS, SYSTEM_PROMPTS, max_answer_chars, output_regex,
+from fastvista.single_pass import (LABEL_WORDS, AnswerStyle, LAYOUTS, MAX_CLAIM_CHARS, MAX_CLAIMS, SECTIONS, SYSTEM_PROMPTS, max_answer_chars, output_regex,
                                    parse_output, render_target, render_user_message, spelled, split_sections)
 from fastvista.text import ESCAPE, FormatError, normalise_claim
 
@@ -62,9 +63,23 @@ def test_the_coded_answer_is_shorter_and_neither_style_reads_the_other():
     for blank in ("1.   | VERIFIED", "1. \x1c | VERIFIED"):  # a claim of nothing is not a claim, in either style
         with pytest.raises(FormatError, match="no claim before its label"):
             parse_output(blank)
-    assert not re.fullmatch(output_regex(), "1.   | VERIFIED")  # nor can a forced answer write one of spaces
+    for blank in (c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()):  # nor can a forced answer write one
+        assert not re.fullmatch(output_regex(), f"1. {blank} | VERIFIED")
+        assert not re.fullmatch(output_regex(answer="coded"), f"{blank} | V")
+    assert re.fullmatch(output_regex(), "1. x\u3000y | VERIFIED")  # inside a claim a blank is text
     with pytest.raises(FormatError, match="line 2 is not"):
         parse_output("A claim. | V\n   | L", "coded")
+
+
+def test_an_answer_style_refuses_spellings_the_parser_could_not_tell_apart():
+    words = {label: label.value.lower() for label in Label}
+    AnswerStyle(True, words, "")
+    for broken in ({**words, Label.VERIFIED: "contradicted"}, {**words, Label.VERIFIED: "contra"}, {**words, Label.VERIFIED: "ok |"},
+                   {**words, Label.VERIFIED: " ok"}, {k: v for k, v in words.items() if k != Label.ABSTENTION}):
+        with pytest.raises(ValueError, match="spell|plain text|begin another"):
+            AnswerStyle(True, broken, "")
+    with pytest.raises(ValueError, match="at least one character"):
+        output_regex(max_claim_chars=0)
 
 
 def test_the_worded_answer_writes_short_label_words_that_no_other_style_reads():
