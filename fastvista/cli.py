@@ -467,6 +467,8 @@ def models_list():
     for name, spec in {**EMBEDDED, **STUDENTS}.items():
         state = "installed" if installed(name) else "not installed"
         typer.echo(f"{name:30s} {spec.role:20s} {spec.license:12s} {state} ({models_dir() / name})")
+        if name in STUDENTS:  # which student is which: its format, and how to score it
+            typer.echo(f"{'':30s} {spec.notes}")
 
 
 @models_app.command("fetch")

@@ -85,5 +85,6 @@ def check_format(trained: StudentFormat, used: StudentFormat, where: str) -> Non
     if trained != used:
         a, b = trained.model_dump(), used.model_dump()
         differing = ", ".join(f"{k}: trained {a[k]!r}, scoring {b[k]!r}" for k in a if a[k] != b[k])
+        settings = " ".join(f"student.{k}={a[k]}" for k in a if a[k] != b[k] and k != "version")
         raise FormatMismatch(f"the student in {where} was trained with another format ({differing}); "
-                             "score with the settings it was trained with (student.*), or train it again")
+                             f"score with the settings it was trained with ({settings}; --set on the command line), or train it again")

@@ -78,7 +78,15 @@ STUDENTS: dict[str, ShippedStudent] = {
         base="smollm2-135m-instruct",
         adapter="students/smollm2-135m-student",
         sha256="9a684ef3a3803531f80fc5b00607ff1f1d11be31be5ceafb0fbc49bfe9e217fb",
-        notes="the learning-curve run over all 2,419 corpus training turns (its last point); its card holds the agreement with the teacher",
+        notes="fastvista score's default (answer: numbered): the learning-curve run over all 2,419 corpus training turns; "
+              "its card holds the agreement with the teacher",
+    ),
+    "smollm2-135m-worded-student": ShippedStudent(
+        base="smollm2-135m-instruct",
+        adapter="students/smollm2-135m-worded-student",
+        sha256="8e7d2ac053f1ae900590baf46bc11ee17832c9c348237b164f4761161e3a287b",
+        notes="the default's recipe and turns with short label words (answer: worded), as agreeing and fewer answer "
+              "tokens; score it with -c configs/score/worded_student_cpu.yaml",
     ),
 }
 

@@ -23,11 +23,12 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fastvista.llm import Backend
+from fastvista.llm import Backend, BackendConfig
 from fastvista.protocol import drive
 from fastvista.schema import TurnResult
 from fastvista.single_pass import LAYOUTS, render_messages, render_user_message
 from fastvista.text import recent
+from fastvista.infer.run import check_student_format
 from fastvista.infer.student import StudentConfig, score_turn
 from fastvista.synth.pipeline import TeacherConfig, teacher_turn
 
@@ -52,6 +53,8 @@ class LiveScorer:
         self.config = config or StudentConfig()
         if self.config.turns_per_call != 1:
             raise ValueError("live scoring scores one turn a call: use a per-turn student (turns_per_call: 1)")
+        if isinstance(getattr(backend, "config", None), BackendConfig):  # a student in another format is refused, as by `fastvista score`
+            check_student_format(backend.config, self.config)
 
     def score(self, state: DialogueState, text: str, reference: str | None = None) -> tuple[TurnResult, DialogueState]:
         """Score `text` as the next assistant turn; returns its result and the state after it."""

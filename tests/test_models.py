@@ -162,8 +162,15 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
     assert "| turn-score Pearson | 0.7 [0.62, 0.77] | ≥ 0.65 | yes |" in card and "| label accuracy on aligned claims | 0.69 | ≥ 0.7 | no |" in card
     assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "tinybase"
     assert not (folder / "tokenizer.json").exists()  # the base carries the tokenizer
+    assert "then `fastvista score --set backend.model=tiny-shipped --set student.history_turns=4`" in card
+    assert "`fastvista data corpus-split --history-turns 4`" in card and "(VERIFIED, OUT_OF_SCOPE, ABSTENTION" in card
     monkeypatch.setitem(models.STUDENTS, "tiny-shipped", models.ShippedStudent(base="tinybase", adapter=str(folder), sha256=sha))
     assert (models.fetch("tiny-shipped", log=lambda *_: None) / "format.json").exists()
+    worded = {**record, "final_eval_loss": 0.4, "format": {"version": 1, "layout": "store-first", "answer": "worded", "history_turns": 8}}
+    (trained / "training_record.json").write_text(json.dumps(worded))  # a student in another answer style: its card says how to score it
+    card = (ship(trained, "tiny-worded", "tinybase", agreement, tmp_path / "students")[0] / "README.md").read_text()
+    assert "then `fastvista score --set backend.model=tiny-worded --set student.answer=worded`" in card
+    assert "`fastvista data corpus-split --answer worded`" in card and "`subjective` for OUT_OF_SCOPE" in card
 
 
 def test_shipping_refuses_a_folder_that_is_not_a_trained_student(tmp_path):
@@ -212,3 +219,28 @@ def test_a_format_recorded_before_the_layout_and_answer_options_reads_as_that_ti
     explicit = {**old, "layout": "store-first", "answer": "numbered"}  # a new validation file beside an old training file
     for fmt in (read_format(tmp_path), format_of_examples([{"format": old}, {"format": explicit}], "old.jsonl")):
         assert (fmt.layout, fmt.answer) == ("store-first", "numbered")
+
+
+@pytest.mark.parametrize("name", sorted(models.STUDENTS))
+def test_every_shipped_student_is_its_pinned_files_and_a_score_config_reads_its_format(name):
+    """A shipped student's folder is the one pinned, and some config of configs/score/ scores it in
+    the format it was trained with, so `fastvista score -c` that config never refuses it."""
+    import yaml
+
+    from fastvista.contract import check_format, read_format
+    from fastvista.infer.run import ScoreConfig
+
+    spec = models.STUDENTS[name]
+    folder = models.repository_root() / spec.adapter
+    assert spec.base in models.EMBEDDED and models.shipped_digest(folder) == spec.sha256
+    assert {p.name for p in (models.repository_root() / "students").iterdir()} == set(models.STUDENTS)  # none shipped unpinned
+    trees = [yaml.safe_load(path.read_text()) for path in sorted((models.repository_root() / "configs" / "score").glob("*.yaml"))]
+    configs = [ScoreConfig.model_validate({k: v for k, v in tree.items() if k != "data"}) for tree in trees]
+    naming = [cfg for cfg in configs if cfg.backend.model == name]
+    assert naming, f"no config of configs/score/ scores {name}"
+    for cfg in naming:
+        check_format(read_format(folder), cfg.student.student_format(), folder)  # raises on a mismatch
+    for cfg in configs:  # a config naming another student does not read this one's format as its own
+        if cfg.backend.model in models.STUDENTS and read_format(folder) != cfg.student.student_format():
+            with pytest.raises(ValueError, match=r"--set"):
+                check_format(read_format(folder), cfg.student.student_format(), folder)

@@ -255,6 +255,20 @@ def test_live_scoring_matches_batch_scoring_and_its_state_is_json():
     assert state.history[-1] == ("assistant", d.turns[-1].text) and state.store == stores[-1] + batch.turns[-1].store_added
 
 
+def test_live_scorer_refuses_a_student_trained_in_another_format(tmp_path):
+    """A guard built on a worded student with the default (numbered) settings would force and read
+    the wrong answers: refused at construction, as `fastvista score` refuses it."""
+    from fastvista.contract import FormatMismatch, write_format
+    from fastvista.llm import BackendConfig
+
+    write_format(tmp_path, StudentConfig(answer="worded").student_format())
+    backend = ScriptedStudent()
+    backend.config = BackendConfig(kind="vllm", model=str(tmp_path))  # merged weights, scored without an adapter
+    with pytest.raises(FormatMismatch, match="student.answer=worded"):
+        LiveScorer(backend, StudentConfig(adapter=None))
+    assert LiveScorer(backend, StudentConfig(adapter=None, answer="worded")).config.answer == "worded"
+
+
 def test_live_scorer_fails_closed_when_the_backend_is_down():
     from fastvista.llm import BackendConfig, make_backend
 

@@ -17,6 +17,10 @@ from pathlib import Path
 
 import yaml
 
+from fastvista.infer.student import StudentConfig
+from fastvista.labels import Label
+from fastvista.single_pass import ANSWER, spelled
+
 # (label, agreement report path, target): the corpus issue's targets, student against teacher.
 TARGETS = (
     ("hallucination-decision agreement", ("hallucinated_decision", "agreement"), 0.80),
@@ -66,6 +70,15 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     if record.get("precision"):  # what it trained in, which can differ from the config's bf16 on a CPU (train/precision.py)
         settings["trained_in"] = {k: record["precision"].get(k) for k in ("mixed_precision", "dtype")}
     fmt = record.get("format", {})
+    answer = fmt.get("answer", ANSWER)
+    labels = ", ".join(label.value if spelled(label, answer) == label.value else f"`{spelled(label, answer)}` for {label.value}"
+                       for label in Label)
+    # Where its format is not `fastvista score`'s default, the settings a user gives (else it is refused).
+    default = StudentConfig().student_format().model_dump()
+    differing = {k: v for k, v in fmt.items() if k in default and k != "version" and v != default[k]}
+    use = f"fastvista score --set backend.model={name}" + "".join(f" --set student.{k}={v}" for k, v in differing.items())
+    split = "fastvista data corpus-split" + "".join(f" --{k.replace('_', '-')} {v}" for k, v in differing.items()
+                                                   if k in ("history_turns", "layout", "answer"))
     turns = agreement.get("turns", {}).get("usable")
     snapshot = record.get("snapshot")
     trained_on = (f"The first {snapshot['examples_through_step']} (one pass in file order: the snapshot at step {snapshot['step']} of a "
@@ -83,13 +96,12 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
 # {name}
 
 The single-pass student of fastvista: given a dialogue turn, its history, its reference and the
-knowledge store, one call writes every claim of the turn with its label (VERIFIED,
-OUT_OF_SCOPE, ABSTENTION, CONTRADICTED, LACKING_EVIDENCE), in the format `fastvista score`
-forces and reads. It learned to agree with fastvista's teacher: the VISTA pipeline whose model,
+knowledge store, one call writes every claim of the turn with its label ({labels}), in the
+format `fastvista score` forces and reads. It learned to agree with fastvista's teacher: the VISTA pipeline whose model,
 settings and prompts version `data/corpus/CORPUS.md` records.
 
 - **Base model:** {base}; a LoRA adapter, trained with TRL's SFTTrainer and PEFT.
-- **Use:** `fastvista models fetch {name}` (merges the adapter into the base), then `fastvista score`.
+- **Use:** `fastvista models fetch {name}` (merges the adapter into the base), then `{use}`.
 - **Student format** (recorded in format.json; `fastvista score` refuses other settings):
   {json.dumps(fmt)}
 
@@ -97,7 +109,7 @@ settings and prompts version `data/corpus/CORPUS.md` records.
 
 {trained_on} teacher-labelled turns of `{record.get('train_file')}`
 (sha256 `{record.get('data_sha256')}`), built from the corpus of `data/corpus/` with
-`fastvista data corpus-split`. Validation: {record.get('examples', {}).get('eval')} turns of
+`{split}`. Validation: {record.get('examples', {}).get('eval')} turns of
 dialogues never trained on; final validation loss {rounded(record.get('final_eval_loss'), 4)}.
 
 ## Training settings
