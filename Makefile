@@ -28,7 +28,7 @@ test: install
 	OMP_NUM_THREADS=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(BIN)/python -m pytest -q
 
 DEMO := runs/demo
-SHIPPED_STUDENT := smollm2-135m-student
+SHIPPED_STUDENT := smollm2-135m-worded-student
 DEMO_MODELS := smollm2-135m-instruct qwen2.5-coder-1.5b-instruct $(SHIPPED_STUDENT)
 demo: install
 	$(BIN)/fastvista models fetch $(DEMO_MODELS)

@@ -77,16 +77,16 @@ STUDENTS: dict[str, ShippedStudent] = {
     "smollm2-135m-student": ShippedStudent(
         base="smollm2-135m-instruct",
         adapter="students/smollm2-135m-student",
-        sha256="9a684ef3a3803531f80fc5b00607ff1f1d11be31be5ceafb0fbc49bfe9e217fb",
-        notes="fastvista score's default (answer: numbered): the learning-curve run over all 2,419 corpus training turns; "
-              "its card holds the agreement with the teacher",
+        sha256="3b922cf4090a88317e44209c8c946b291258954b6c598fba4b7a2d8e4266a137",
+        notes="the learning-curve run over all 2,419 corpus training turns, labels written out (answer: numbered); "
+              "fastvista score's default until 2026-12-05; score it with -c configs/score/numbered_student_cpu.yaml",
     ),
     "smollm2-135m-worded-student": ShippedStudent(
         base="smollm2-135m-instruct",
         adapter="students/smollm2-135m-worded-student",
-        sha256="8e7d2ac053f1ae900590baf46bc11ee17832c9c348237b164f4761161e3a287b",
-        notes="the default's recipe and turns with short label words (answer: worded), as agreeing and fewer answer "
-              "tokens; score it with -c configs/score/worded_student_cpu.yaml",
+        sha256="aa2d54775edd6877645e35301c128a8a612ddcc5423581d462c1075681aa3cc4",
+        notes="fastvista score's default (answer: worded): the numbered student's recipe and turns with short label "
+              "words; as agreeing with the teacher, closer to it against human labels, fewer answer tokens",
     ),
 }
 

@@ -11,7 +11,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from fastvista.llm import ChatRequest
-from fastvista.single_pass import SYSTEM_PROMPT
+from fastvista.single_pass import SYSTEM_PROMPTS
 from tests.scripted import answer, student_answer
 
 
@@ -71,7 +71,7 @@ class FakeOpenAI:
                     return
                 time.sleep(server.delay)
                 request = ChatRequest(messages=body["messages"], temperature=body.get("temperature", 0.0))
-                text = (student_answer if body["messages"][0]["content"] == SYSTEM_PROMPT else answer)(request)
+                text = (student_answer if body["messages"][0]["content"] in SYSTEM_PROMPTS.values() else answer)(request)  # in the asked style
                 reply = {
                     "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],

@@ -133,6 +133,16 @@ def test_installing_a_student_without_peft_says_which_extra_to_install(shipped_s
     assert models.installed("tiny-student") is None
 
 
+def scored_as_the_card_says(card: str):
+    """The score config that a student card's use line gives: the default config with its --set settings."""
+    from fastvista.config import load_config
+    from fastvista.infer.run import DEFAULT_CONFIG, ScoreConfig
+
+    command = card.split("then `", 1)[1].split("`", 1)[0]
+    assert command.startswith("fastvista score")
+    return ScoreConfig.model_validate(load_config(str(DEFAULT_CONFIG), command.split(" --set ")[1:]))
+
+
 def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_installs(shipped_student, tmp_path, monkeypatch):
     import json
 
@@ -162,14 +172,18 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
     assert "| turn-score Pearson | 0.7 [0.62, 0.77] | ≥ 0.65 | yes |" in card and "| label accuracy on aligned claims | 0.69 | ≥ 0.7 | no |" in card
     assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "tinybase"
     assert not (folder / "tokenizer.json").exists()  # the base carries the tokenizer
-    assert "then `fastvista score --set backend.model=tiny-shipped --set student.history_turns=4`" in card
+    assert "then `fastvista score --set backend.model=tiny-shipped --set student.answer=numbered --set student.history_turns=4`" in card
+    used = scored_as_the_card_says(card)  # the default config with the card's settings: this student, in its format
+    assert (used.backend.model, used.student.answer, used.student.history_turns) == ("tiny-shipped", "numbered", 4)
     assert "`fastvista data corpus-split --history-turns 4`" in card and "(VERIFIED, OUT_OF_SCOPE, ABSTENTION" in card
     monkeypatch.setitem(models.STUDENTS, "tiny-shipped", models.ShippedStudent(base="tinybase", adapter=str(folder), sha256=sha))
     assert (models.fetch("tiny-shipped", log=lambda *_: None) / "format.json").exists()
     worded = {**record, "final_eval_loss": 0.4, "format": {"version": 1, "layout": "store-first", "answer": "worded", "history_turns": 8}}
     (trained / "training_record.json").write_text(json.dumps(worded))  # a student in another answer style: its card says how to score it
     card = (ship(trained, "tiny-worded", "tinybase", agreement, tmp_path / "students")[0] / "README.md").read_text()
-    assert "then `fastvista score --set backend.model=tiny-worded --set student.answer=worded`" in card
+    assert "then `fastvista score --set backend.model=tiny-worded`" in card  # the default's answer style: only the model differs
+    used = scored_as_the_card_says(card)
+    assert (used.backend.model, used.student.answer, used.student.history_turns) == ("tiny-worded", "worded", 8)
     assert "`fastvista data corpus-split --answer worded`" in card and "`subjective` for OUT_OF_SCOPE" in card
 
 
@@ -240,6 +254,9 @@ def test_every_shipped_student_is_its_pinned_files_and_a_score_config_reads_its_
     assert naming, f"no config of configs/score/ scores {name}"
     for cfg in naming:
         check_format(read_format(folder), cfg.student.student_format(), folder)  # raises on a mismatch
+    used = scored_as_the_card_says((folder / "README.md").read_text())  # its card's use line, run as it stands today
+    assert used.backend.model == name
+    check_format(read_format(folder), used.student.student_format(), folder)
     for cfg in configs:  # a config naming another student does not read this one's format as its own
         if cfg.backend.model in models.STUDENTS and read_format(folder) != cfg.student.student_format():
             with pytest.raises(ValueError, match=r"--set"):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from fastvista.contract import BEFORE_OPTIONS
 from fastvista.infer.student import StudentConfig
 from fastvista.labels import Label
 from fastvista.single_pass import ANSWER, spelled
@@ -58,6 +59,23 @@ def rounded(value, digits: int):
     return None if value is None else (round(value) if digits == 0 else round(value, digits))
 
 
+def differing(fmt: dict, student: StudentConfig) -> dict:
+    """The settings of a recorded student format that differ from these student settings."""
+    used = student.student_format().model_dump()
+    trained = {**BEFORE_OPTIONS, **fmt}  # a record older than the layout and answer options: the format of its time
+    return {k: v for k, v in trained.items() if k in used and k != "version" and v != used[k]}
+
+
+def score_command(name: str, fmt: dict) -> str:
+    """How `fastvista score` scores this student: its default config, with the model and every
+    format setting where they differ from it (else the student is not used, or is refused)."""
+    from fastvista.infer.run import DEFAULT_CONFIG, ScoreConfig
+
+    default = ScoreConfig.model_validate(yaml.safe_load(DEFAULT_CONFIG.read_text()))
+    model = "" if default.backend.model == name else f" --set backend.model={name}"
+    return "fastvista score" + model + "".join(f" --set student.{k}={v}" for k, v in differing(fmt, default.student).items())
+
+
 def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     """The README.md of a shipped student: front matter, what it is, its data, its settings, its figures."""
     front = {"base_model": base, "library_name": "peft", "license": "apache-2.0", "pipeline_tag": "text-generation",
@@ -73,11 +91,8 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     answer = fmt.get("answer", ANSWER)
     labels = ", ".join(label.value if spelled(label, answer) == label.value else f"`{spelled(label, answer)}` for {label.value}"
                        for label in Label)
-    # Where its format is not `fastvista score`'s default, the settings a user gives (else it is refused).
-    default = StudentConfig().student_format().model_dump()
-    differing = {k: v for k, v in fmt.items() if k in default and k != "version" and v != default[k]}
-    use = f"fastvista score --set backend.model={name}" + "".join(f" --set student.{k}={v}" for k, v in differing.items())
-    split = "fastvista data corpus-split" + "".join(f" --{k.replace('_', '-')} {v}" for k, v in differing.items()
+    use = score_command(name, fmt)
+    split = "fastvista data corpus-split" + "".join(f" --{k.replace('_', '-')} {v}" for k, v in differing(fmt, StudentConfig()).items()
                                                    if k in ("history_turns", "layout", "answer"))
     turns = agreement.get("turns", {}).get("usable")
     snapshot = record.get("snapshot")
