@@ -45,12 +45,14 @@ demo: install
 	@#    BEGIN and Q2 responses on vLLM.
 	cat data/demo/topical_chat_demo.jsonl data/demo/begin_demo.jsonl data/demo/q2_demo.jsonl > $(DEMO)/student_input.jsonl
 	$(BIN)/fastvista score -i $(DEMO)/student_input.jsonl -o $(DEMO)/student_scored --quiet
-	@# 4. Evaluation: agreement with the teacher, accuracy against human labels, speed on one engine.
+	@# 4. Evaluation: agreement with the teacher, accuracy against human labels, speed on one engine kind.
 	$(BIN)/fastvista eval agreement $(DEMO)/student_scored/results.jsonl $(DEMO)/teacher/labelled.jsonl -o $(DEMO)/agreement.json
 	$(BIN)/fastvista eval gold $(DEMO)/student_scored/results.jsonl -o $(DEMO)/gold_student.json
 	$(BIN)/fastvista eval gold $(DEMO)/teacher/labelled.jsonl -o $(DEMO)/gold_teacher.json
-	$(BIN)/fastvista eval speed -o $(DEMO)/speed --set model=$(SHIPPED_STUDENT) --set dtype=float32 \
-		--set data.input=data/demo/topical_chat_demo.jsonl --set skip_plain=true --set speculative_tokens=0
+	@#    Speed: the shipped student against the shipped teacher, each on its own weights (the teacher's
+	@#    label scores, its faster mode on the corpus here), on the demo dialogues.
+	$(BIN)/fastvista eval speed -c configs/eval/deployment_speed_cpu.yaml -o $(DEMO)/speed --set model=$(SHIPPED_STUDENT) \
+		--set data.input=data/demo/topical_chat_demo.jsonl --set speculative_tokens=0 --set 'only=["teacher","student"]'
 	$(BIN)/fastvista eval report --agreement $(DEMO)/agreement.json --gold student=$(DEMO)/gold_student.json \
 		--gold teacher=$(DEMO)/gold_teacher.json --speed $(DEMO)/speed/speed.json \
 		--usage teacher=$(DEMO)/teacher/summary.json --usage student=$(DEMO)/student_scored/summary.json \

@@ -462,10 +462,11 @@ def data_stats(path: Path = typer.Argument(..., help="JSONL of dialogue records.
 @models_app.command("list")
 def models_list():
     """The embedded models, what each is for, and whether it is installed."""
-    from fastvista.models import EMBEDDED, STUDENTS, installed, models_dir
+    from fastvista.models import EMBEDDED, STUDENTS, current, installed, models_dir
 
     for name, spec in {**EMBEDDED, **STUDENTS}.items():
-        state = "installed" if installed(name) else "not installed"
+        state = ("installed" if current(name, spec.sha256) else f"outdated: `fastvista models fetch {name}` installs the pinned one"
+                 if installed(name) else "not installed")
         typer.echo(f"{name:30s} {spec.role:20s} {spec.license:12s} {state} ({models_dir() / name})")
         if name in STUDENTS:  # which student is which: its format, and how to score it
             typer.echo(f"{'':30s} {spec.notes}")

@@ -26,7 +26,8 @@ Layout = Literal["store-first", "reference-first"]
 # decodes a third fewer tokens (docs/student.md, "The speedup a user gets"); or "1. claim | word"
 # with a short label word (docs/student.md, "Short label words"). fastvista/single_pass.py spells them.
 Answer = Literal["numbered", "coded", "worded"]
-# The shipped student's layout and answer style: every student format, setting and command defaults to them.
+# The library's layout and answer style: every student format, setting and command defaults to them
+# (the default shipped student's answer is `worded`: configs/score/shipped_student_cpu.yaml sets it).
 LAYOUT: Layout = "store-first"
 ANSWER: Answer = "numbered"
 # What a format recorded before these fields existed was: read into every record that lacks them.

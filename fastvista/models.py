@@ -84,7 +84,7 @@ STUDENTS: dict[str, ShippedStudent] = {
     "smollm2-135m-worded-student": ShippedStudent(
         base="smollm2-135m-instruct",
         adapter="students/smollm2-135m-worded-student",
-        sha256="aa2d54775edd6877645e35301c128a8a612ddcc5423581d462c1075681aa3cc4",
+        sha256="8e7d2ac053f1ae900590baf46bc11ee17832c9c348237b164f4761161e3a287b",
         notes="fastvista score's default (answer: worded): the numbered student's recipe and turns with short label "
               "words; as agreeing with the teacher, closer to it against human labels, fewer answer tokens",
     ),

@@ -4,6 +4,8 @@ The dialogue state (the student's knowledge store and the history) is a small JS
 record, so a guard can keep it anywhere (a session store, a cookie, a database row) between turns:
 
     scorer = LiveScorer(make_backend(BackendConfig(kind="openai", base_url=..., model="student")))
+    # scores in the format the served student was trained in, read from the folder a server on
+    # this machine names; for a server elsewhere give it: LiveScorer(backend, StudentConfig(answer=...))
     state = DialogueState()
     state = state.with_user("Who painted the Mona Lisa?")
     result, state = scorer.score(state, "Leonardo da Vinci painted it in 1503.", reference=passage)
@@ -28,7 +30,7 @@ from fastvista.protocol import drive
 from fastvista.schema import TurnResult
 from fastvista.single_pass import LAYOUTS, render_messages, render_user_message
 from fastvista.text import recent
-from fastvista.infer.run import check_student_format
+from fastvista.infer.run import as_trained, check_student_format
 from fastvista.infer.student import StudentConfig, score_turn
 from fastvista.synth.pipeline import TeacherConfig, teacher_turn
 
@@ -50,10 +52,12 @@ class DialogueState(BaseModel):
 class LiveScorer:
     def __init__(self, backend: Backend, config: Optional[StudentConfig] = None):
         self.backend = backend
-        self.config = config or StudentConfig()
+        known = isinstance(getattr(backend, "config", None), BackendConfig)
+        # given no settings: those the student was trained with, where its format.json can be read
+        self.config = config or (as_trained(backend.config, StudentConfig()) if known else StudentConfig())
         if self.config.turns_per_call != 1:
             raise ValueError("live scoring scores one turn a call: use a per-turn student (turns_per_call: 1)")
-        if isinstance(getattr(backend, "config", None), BackendConfig):  # a student in another format is refused, as by `fastvista score`
+        if known:  # a student in another format is refused, as by `fastvista score`
             check_student_format(backend.config, self.config)
 
     def score(self, state: DialogueState, text: str, reference: str | None = None) -> tuple[TurnResult, DialogueState]:

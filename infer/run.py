@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastvista.config import DataSelection, selected
-from fastvista.contract import FILE, FormatMismatch, check_format, read_format
+from fastvista.contract import FILE, FormatMismatch, StudentFormat, check_format, read_format
 from fastvista.llm import BackendConfig, fingerprint, make_checked_backend
 from fastvista.scheduler import Schedule, locked_folder, run_to_folder
 from fastvista.schema import ScoredDialogue
@@ -44,42 +44,53 @@ class ScoreConfig(BaseModel):
         return self
 
 
+def student_folder(backend: BackendConfig, adapter: str | None) -> str | None:
+    """The folder whose `format.json` records the student these settings score: the adapter's,
+    the merged model's, or the folder a server on this machine serves the name from (a server
+    elsewhere cannot be read); None where it is not known."""
+    if backend.kind == "openai":
+        from fastvista.llm.openai_backend import served_folders
+
+        return served_folders(backend).get(adapter or backend.model)
+    if adapter:
+        return backend.lora_adapters.get(adapter)  # an unknown adapter: the backend's check names it
+    folder = resolve_model(backend.model)
+    return folder if Path(folder).is_dir() else None
+
+
 def check_student_format(backend: BackendConfig, cfg: StudentConfig) -> None:
     """Refuse a student trained with another format than these settings: the `format.json` beside
     its adapter (which must have one) or beside its merged model (a model folder without one is a
     base model, scored as it is). A served student is checked where it is served: `fastvista
     serve` refuses an adapter without its format."""
-    used = cfg.student_format()
-    if backend.kind == "openai":  # a server on this machine names the folders it serves; one elsewhere cannot be checked
-        from fastvista.llm.openai_backend import served_folders
-
-        folder = served_folders(backend).get(cfg.adapter or backend.model)
-        trained = read_format(folder) if folder else None
-        if trained is not None:
-            check_format(trained, used, f"{folder} (served as {cfg.adapter or backend.model})")
-        return
-    if cfg.adapter:
-        folder = backend.lora_adapters.get(cfg.adapter)
-        if folder is None:
-            return  # an unknown adapter: the backend's check names it
-        trained = read_format(folder)
-        if trained is None:
+    folder = student_folder(backend, cfg.adapter)
+    trained = read_format(folder) if folder else None
+    if trained is None:
+        if folder and cfg.adapter and backend.kind != "openai":
             raise FormatMismatch(f"the adapter {folder} records no student format ({FILE}): it was trained before formats "
                                  "were recorded, or is not a student; train it again with train/sft.py")
-    else:
-        folder = resolve_model(backend.model)
-        trained = read_format(folder) if Path(folder).is_dir() else None
-        if trained is None:
-            return
-    check_format(trained, used, folder)
+        return
+    served = f" (served as {cfg.adapter or backend.model})" if backend.kind == "openai" else ""
+    check_format(trained, cfg.student_format(), f"{folder}{served}")
+
+
+def rendering(fmt: StudentFormat | None) -> dict:
+    """The student settings a recorded format fixes (none for a base model: the defaults)."""
+    return {k: getattr(fmt, k) for k in ("history_turns", "max_store_claims", "layout", "answer")} if fmt else {}
 
 
 def trained_rendering(model: str) -> dict:
     """The student settings merged weights were trained with (their format.json), for the
-    benchmarks that time a student in its own format; none for a base model (the defaults)."""
+    benchmarks that time a student in its own format."""
     folder = Path(resolve_model(model))
-    fmt = read_format(folder) if folder.is_dir() else None
-    return {k: getattr(fmt, k) for k in ("history_turns", "max_store_claims", "layout", "answer")} if fmt else {}
+    return rendering(read_format(folder) if folder.is_dir() else None)
+
+
+def as_trained(backend: BackendConfig, cfg: StudentConfig) -> StudentConfig:
+    """These settings in the rendering the student was trained with, where its format can be read
+    (live use given no settings scores a student as it was trained, the default one included)."""
+    folder = student_folder(backend, cfg.adapter)
+    return StudentConfig.model_validate({**cfg.model_dump(), **rendering(read_format(folder) if folder else None)})
 
 
 @locked_folder

@@ -157,6 +157,9 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
                  "turn_score": {"pearson": 0.7, "pearson_ci95": [0.62, 0.77]}, "claims": {"recall": 0.72, "labels_on_aligned": {"accuracy": 0.69}}}
     with pytest.raises(ValueError, match="no validation loss"):  # a snapshot whose run was killed before validating it
         ship(trained, "tiny-shipped", "tinybase", agreement, tmp_path / "students")
+    (trained / "training_record.json").write_text(json.dumps({**record, "final_eval_loss": 0.4, "format": None}))
+    with pytest.raises(ValueError, match="no student format"):  # its card could not say how to score it
+        ship(trained, "tiny-shipped", "tinybase", agreement, tmp_path / "students")
     snapshot = {**record, "final_eval_loss": 0.41, "examples": {"train": 768, "eval": 300},
                 "snapshot": {"first_examples": 753, "step": 48, "examples_through_step": 768}}
     (trained / "training_record.json").write_text(json.dumps(snapshot))
@@ -181,7 +184,7 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
     worded = {**record, "final_eval_loss": 0.4, "format": {"version": 1, "layout": "store-first", "answer": "worded", "history_turns": 8}}
     (trained / "training_record.json").write_text(json.dumps(worded))  # a student in another answer style: its card says how to score it
     card = (ship(trained, "tiny-worded", "tinybase", agreement, tmp_path / "students")[0] / "README.md").read_text()
-    assert "then `fastvista score --set backend.model=tiny-worded`" in card  # the default's answer style: only the model differs
+    assert "then `fastvista score --set backend.model=tiny-worded --set student.answer=worded`" in card  # whichever the default is
     used = scored_as_the_card_says(card)
     assert (used.backend.model, used.student.answer, used.student.history_turns) == ("tiny-worded", "worded", 8)
     assert "`fastvista data corpus-split --answer worded`" in card and "`subjective` for OUT_OF_SCOPE" in card

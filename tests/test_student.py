@@ -267,6 +267,8 @@ def test_live_scorer_refuses_a_student_trained_in_another_format(tmp_path):
     with pytest.raises(FormatMismatch, match="student.answer=worded"):
         LiveScorer(backend, StudentConfig(adapter=None))
     assert LiveScorer(backend, StudentConfig(adapter=None, answer="worded")).config.answer == "worded"
+    backend.config = BackendConfig(kind="vllm", model="base", lora_adapters={"student": str(tmp_path)})
+    assert LiveScorer(backend).config.answer == "worded"  # given no settings: the format the student was trained in
 
 
 def test_live_scorer_fails_closed_when_the_backend_is_down():

@@ -67,13 +67,12 @@ def differing(fmt: dict, student: StudentConfig) -> dict:
 
 
 def score_command(name: str, fmt: dict) -> str:
-    """How `fastvista score` scores this student: its default config, with the model and every
-    format setting where they differ from it (else the student is not used, or is refused)."""
-    from fastvista.infer.run import DEFAULT_CONFIG, ScoreConfig
-
-    default = ScoreConfig.model_validate(yaml.safe_load(DEFAULT_CONFIG.read_text()))
-    model = "" if default.backend.model == name else f" --set backend.model={name}"
-    return "fastvista score" + model + "".join(f" --set student.{k}={v}" for k, v in differing(fmt, default.student).items())
+    """How `fastvista score` scores this student, whichever student is the default: the model and
+    the answer style always, and every other format setting that differs from the library's."""
+    answer = {**BEFORE_OPTIONS, **fmt}["answer"]
+    rest = {k: v for k, v in differing(fmt, StudentConfig()).items() if k != "answer"}
+    return f"fastvista score --set backend.model={name} --set student.answer={answer}" + "".join(
+        f" --set student.{k}={v}" for k, v in rest.items())
 
 
 def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
@@ -157,6 +156,8 @@ def ship(adapter: Path, name: str, base: str, agreement: dict, students: Path) -
     if trained.get("final_eval_loss") is None:
         raise ValueError(f"{adapter}: its training record holds no validation loss (a run killed before validating it: "
                          "resume it, or train with an eval_file)")
+    if not trained.get("format"):
+        raise ValueError(f"{adapter}: its training record holds no student format: train it again with train/sft.py")
     trained_on = trained.get("base_model")
     if trained_on and resolve_model(trained_on) != resolve_model(base):
         raise ValueError(f"{adapter} was trained on {trained_on}, not on {base}")
