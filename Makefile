@@ -51,6 +51,7 @@ demo: install
 	$(BIN)/fastvista eval gold $(DEMO)/teacher/labelled.jsonl -o $(DEMO)/gold_teacher.json
 	@#    Speed: the shipped student against the shipped teacher, each on its own weights (the teacher's
 	@#    label scores, its faster mode on the corpus here), on the demo dialogues.
+	rm -rf $(DEMO)/speed
 	$(BIN)/fastvista eval speed -c configs/eval/deployment_speed_cpu.yaml -o $(DEMO)/speed --set model=$(SHIPPED_STUDENT) \
 		--set data.input=data/demo/topical_chat_demo.jsonl --set speculative_tokens=0 --set 'only=["teacher","student"]'
 	$(BIN)/fastvista eval report --agreement $(DEMO)/agreement.json --gold student=$(DEMO)/gold_student.json \

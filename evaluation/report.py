@@ -78,10 +78,16 @@ def gold_section(golds: dict[str, dict]) -> list[str]:
     return lines + [""]
 
 
+def weights(speed: dict) -> str:
+    """What the speed rows share: one engine on the same weights, or one engine kind, each on its own."""
+    own = speed.get("settings", {}).get("teacher_model")
+    return f"same engine kind, the teacher on its own weights ({own})" if own else "same engine, same weights"
+
+
 def speed_section(s: dict) -> list[str]:
     from fastvista.evaluation.speed import table
 
-    return ["## Speed (same engine, same base model, same dialogues)", "", table(s), "",
+    return [f"## Speed ({weights(s)}, same dialogues)", "", table(s), "",
             f"**Speedup: {s['speedup']}x** ({s['best_student']} over {s['strongest_teacher_name']}, turns/s).", ""]
 
 
@@ -107,7 +113,7 @@ def headline_section(agreement: dict | None, golds: dict[str, dict], speed: dict
                     f"{_get(a, 'accuracy')} / {_get(a, 'f1')} / {_get(a, 'macro_f1')}; {_get(a, 'always_hallucinated')} / {_get(a, 'always_hallucinated_f1')} |")
     if speed:
         turns = speed["configurations"][speed["best_student"]]["turns"]
-        rows.append(f"| speedup: {speed['best_student']} over {speed['strongest_teacher_name']} (same engine, {turns} turns) | **{speed['speedup']}x** |")
+        rows.append(f"| speedup: {speed['best_student']} over {speed['strongest_teacher_name']} ({weights(speed)}, {turns} turns) | **{speed['speedup']}x** |")
     return rows + [""]
 
 

@@ -5,7 +5,7 @@ record, so a guard can keep it anywhere (a session store, a cookie, a database r
 
     scorer = LiveScorer(make_backend(BackendConfig(kind="openai", base_url=..., model="student")))
     # scores in the format the served student was trained in, read from the folder a server on
-    # this machine names; for a server elsewhere give it: LiveScorer(backend, StudentConfig(answer=...))
+    # this machine names; a server elsewhere needs its settings: LiveScorer(backend, StudentConfig(answer=...))
     state = DialogueState()
     state = state.with_user("Who painted the Mona Lisa?")
     result, state = scorer.score(state, "Leonardo da Vinci painted it in 1503.", reference=passage)

@@ -87,10 +87,16 @@ def trained_rendering(model: str) -> dict:
 
 
 def as_trained(backend: BackendConfig, cfg: StudentConfig) -> StudentConfig:
-    """These settings in the rendering the student was trained with, where its format can be read
-    (live use given no settings scores a student as it was trained, the default one included)."""
+    """These settings in the rendering the student was trained with, read from its format.json
+    (live use given no settings). A served student whose format cannot be read (a server
+    elsewhere, or one not answering) is refused: scored in a guessed format, it would read wrong."""
     folder = student_folder(backend, cfg.adapter)
-    return StudentConfig.model_validate({**cfg.model_dump(), **rendering(read_format(folder) if folder else None)})
+    fmt = read_format(folder) if folder else None
+    if fmt is None and backend.kind == "openai":
+        raise FormatMismatch(f"the format of the student served as {cfg.adapter or backend.model} at {backend.base_url} cannot be "
+                             "read (a server elsewhere, or one not answering): give its settings, "
+                             "LiveScorer(backend, StudentConfig(answer=...)) as its format.json records them")
+    return StudentConfig.model_validate({**cfg.model_dump(), **rendering(fmt)})
 
 
 @locked_folder

@@ -216,7 +216,10 @@ def test_report_tabulates_agreement_gold_and_speed(tmp_path):
     # each configuration against the strongest teacher and against the plain one
     assert "| student | 18 | 1.0 | 10 | 2 | 7 | 2.5714285714285716 | 7.0 | 3.50x | 14.00x |" in text
     headline = report.main(tmp_path / "h.md", speed_file=tmp_path / "s.json", headline_only=True)
-    assert "| speedup: student over teacher (same engine, 18 turns) | **3.5x** |" in headline
+    assert "| speedup: student over teacher (same engine, same weights, 18 turns) | **3.5x** |" in headline
+    (tmp_path / "s.json").write_text(json.dumps({**speed, "settings": {"teacher_model": "big-teacher"}}))  # each on its own weights
+    headline = report.main(tmp_path / "h.md", speed_file=tmp_path / "s.json", headline_only=True)
+    assert "(same engine kind, the teacher on its own weights (big-teacher), 18 turns) | **3.5x** |" in headline
 
 
 def test_forced_windows_ask_for_exactly_the_per_turn_claims():

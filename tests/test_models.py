@@ -49,6 +49,22 @@ def test_fetch_joins_parts_in_order_checks_hash_and_registers(fake_registry):
     assert not list(target.parent.glob(".download-*"))
 
 
+def test_models_list_says_which_installs_are_outdated_by_a_new_pin(fake_registry, monkeypatch):
+    """An install from files pinned before is refused when used: the list says so, with the fix."""
+    from typer.testing import CliRunner
+
+    from fastvista.cli import app
+
+    def listed():
+        return next(line for line in CliRunner().invoke(app, ["models", "list"]).output.splitlines() if line.startswith("fake "))
+
+    spec, _, _ = fake_registry
+    models.fetch("fake", log=lambda *_: None)
+    assert " installed (" in listed() and "outdated" not in listed()
+    monkeypatch.setitem(models.EMBEDDED, "fake", EmbeddedModel(**{**spec.__dict__, "sha256": "0" * 64}))  # pinned anew
+    assert "outdated: `fastvista models fetch fake` installs the pinned one" in listed()
+
+
 def test_fetch_refuses_a_file_whose_hash_differs(fake_registry, monkeypatch):
     spec, _, converted = fake_registry
     monkeypatch.setitem(models.EMBEDDED, "fake", EmbeddedModel(**{**spec.__dict__, "sha256": "0" * 64}))

@@ -272,9 +272,13 @@ def test_live_scorer_refuses_a_student_trained_in_another_format(tmp_path):
 
 
 def test_live_scorer_fails_closed_when_the_backend_is_down():
+    from fastvista.contract import FormatMismatch
     from fastvista.llm import BackendConfig, make_backend
 
-    scorer = LiveScorer(make_backend(BackendConfig(kind="openai", model="student", base_url="http://127.0.0.1:9/v1", max_retries=0, timeout=2)))
+    down = make_backend(BackendConfig(kind="openai", model="student", base_url="http://127.0.0.1:9/v1", max_retries=0, timeout=2))
+    with pytest.raises(FormatMismatch, match="cannot be read"):  # given no settings, its format is unknown: not guessed
+        LiveScorer(down)
+    scorer = LiveScorer(down, StudentConfig())
     with pytest.raises(ScoringFailed, match="backend: APIConnectionError"):
         scorer.score(DialogueState().with_user("Where is the Louvre?"), "The Louvre is in Rome.", reference="The Louvre is in Paris.")
 
