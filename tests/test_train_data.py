@@ -49,13 +49,27 @@ def test_read_examples_names_the_line_and_field(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).parent.parent / "configs" / "sft").glob("*.yaml")))
 def test_shipped_configs_parse_and_overrides_win(name):
-    from fastvista.train.sft import make_parser
+    from fastvista.train.sft import check_choices, make_parser
 
     config = Path(__file__).parent.parent / "configs" / "sft" / name
     on_this_cpu = ["--bf16", "false", "--use_cpu", "true"]  # the 8B config is for GPUs; here only its parsing
     student, training, model = make_parser().parse_args_and_config(["--config", str(config), "--train_file", "x.jsonl", "--learning_rate", "0.123", *on_this_cpu])
     assert student.train_file == "x.jsonl" and training.learning_rate == 0.123
     assert model.use_peft and training.max_length >= 1024 and student.too_long == "drop"
+    check_choices((student, training, model), str(config))
+
+
+def test_a_config_value_outside_its_choices_is_refused_with_its_file_and_line(tmp_path):
+    from fastvista.train.sft import check_choices, make_parser
+
+    config = tmp_path / "student.yaml"
+    config.write_text("model_name_or_path: m\nuse_cpu: true\ntrain_sampling_strategy: by_length\n")
+    parsed = make_parser().parse_args_and_config(["--config", str(config), "--train_file", "x.jsonl"])
+    with pytest.raises(ValueError, match=rf"{config}, line 3: train_sampling_strategy: 'by_length' is not one of .*group_by_length"):
+        check_choices(parsed, str(config))
+    overridden = make_parser().parse_args_and_config(["--config", str(config), "--train_file", "x.jsonl",
+                                                      "--train_sampling_strategy", "group_by_length"])
+    check_choices(overridden, str(config))  # the command line's valid value wins over the file's
 
 
 def test_train_speed_runs_each_variant_as_the_training_script_with_its_keys(tmp_path):

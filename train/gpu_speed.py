@@ -26,17 +26,25 @@ LLAMA31_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=3
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
             vocab_size=128256, max_position_embeddings=8192)  # a dry run of this script on a CPU
 
-# sft.py keys over the shipped config. "wrapped" packing cuts the token stream into rows of
-# max_length, the raw loop's layout; "bfd" packs whole examples padding-free, which without a
-# varlen attention kernel (flash-attn is not installed there) attends over the whole flattened batch.
+# sft.py keys over the shipped config (which groups examples by length, batch 16 x 2). "wrapped" packing cuts
+# the token stream into rows of max_length, the raw loop's layout; "bfd" packs whole examples padding-free, which
+# without a varlen attention kernel (flash-attn is not installed there) attends over the whole flattened batch.
+RANDOM = {"train_sampling_strategy": "random"}
 VARIANTS = {
     "packed, wrapped rows of 4,096 (batch 4 x 1)": {"max_steps": 8, "packing": True, "packing_strategy": "wrapped",
-                                                    "gradient_accumulation_steps": 1},
-    "shipped config (batch 4 x 8, padded rows)": {"max_steps": 4},
-    "packed bfd, padding-free (batch 4 x 1)": {"max_steps": 5, "packing": True, "gradient_accumulation_steps": 1},
-    "packed bfd, flex attention (batch 4 x 1)": {"max_steps": 6, "packing": True, "gradient_accumulation_steps": 1,
-                                                 "attn_implementation": "flex_attention"},
-    "padded rows, batch 16 x 2": {"max_steps": 4, "per_device_train_batch_size": 16, "gradient_accumulation_steps": 2},
+                                                    "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, **RANDOM},
+    "padded, random order (batch 4 x 8)": {"max_steps": 4, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 8,
+                                           **RANDOM},
+    "packed bfd, padding-free (batch 4 x 1)": {"max_steps": 5, "packing": True, "per_device_train_batch_size": 4,
+                                               "gradient_accumulation_steps": 1, **RANDOM},
+    "packed bfd, flex attention (batch 4 x 1)": {"max_steps": 6, "packing": True, "per_device_train_batch_size": 4,
+                                                 "gradient_accumulation_steps": 1, "attn_implementation": "flex_attention", **RANDOM},
+    "padded rows, batch 16 x 2": {"max_steps": 4, "per_device_train_batch_size": 16, "gradient_accumulation_steps": 2, **RANDOM},
+    # Rows of like length (transformers' LengthGroupedSampler over each step's 32 examples): whole examples,
+    # no varlen kernel needed, little padding left.
+    "grouped by length (batch 4 x 8)": {"max_steps": 5, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 8},
+    "grouped by length, batch 8 x 4": {"max_steps": 5, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 4},
+    "grouped by length, batch 16 x 2 (the shipped config)": {"max_steps": 5},
 }
 TINY_KEYS = {"use_cpu": True, "bf16": False, "max_steps": 2, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
              "max_length": 512}
@@ -121,12 +129,15 @@ def main() -> None:
 
     import torch
 
+    from fastvista.train.data import file_hash
+
     device = "cpu" if opts.tiny else "cuda"
     opts.out.mkdir(parents=True, exist_ok=True)
     previous = opts.out / "gpu_speed.json"  # an earlier call's figures are kept and added to, never lost
     result = json.loads(previous.read_text()) if previous.exists() else {}
     result.update({"versions": {m: __import__(m).__version__ for m in ("torch", "transformers", "peft", "accelerate", "trl", "datasets")},
-                   "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "shape": "tiny" if opts.tiny else "Llama-3.1-8B"})
+                   "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "shape": "tiny" if opts.tiny else "Llama-3.1-8B",
+                   "train_file": {"name": Path(opts.train_file).name, "sha256": file_hash(opts.train_file)}})
     print(result, flush=True)
 
     def save():

@@ -18,7 +18,7 @@ import os
 import resource
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 
@@ -368,6 +368,20 @@ def make_parser():
     return TrlParser((StudentArguments, SFTConfig, ModelConfig))
 
 
+def check_choices(configs, config_file: str | None) -> None:
+    """Refuse a value outside its key's choices. argparse checks them on the command line only: a YAML value is
+    taken as given, and a misspelt one (`train_sampling_strategy: by_length`) would quietly train another way."""
+    lines = Path(config_file).read_text().splitlines() if config_file else []
+    for config in configs:
+        for f in fields(config):
+            choices, value = f.metadata.get("choices"), getattr(config, f.name)
+            if choices and value is not None and value not in choices:
+                line = next((n for n, text in enumerate(lines, 1) if text.startswith(f"{f.name}:")), None)
+                where = f"{config_file}, line {line}: " if line else ""
+                raise ValueError(f"{where}{f.name}: {value!r} is not one of {', '.join(map(str, choices))}")
+
+
 if __name__ == "__main__":
-    student_args, training_args, model_args = make_parser().parse_args_and_config()
-    main(student_args, training_args, model_args)
+    configs = make_parser().parse_args_and_config()
+    check_choices(configs, sys.argv[sys.argv.index("--config") + 1] if "--config" in sys.argv else None)
+    main(*configs)
