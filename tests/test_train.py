@@ -161,9 +161,11 @@ def test_on_a_cpu_the_lm_head_projects_the_answer_unless_told_otherwise_and_the_
         assert json.loads((out / "precision.json").read_text())[-1]["lm_head_positions"] == positions
     # the same examples, weights and seed: the same losses whichever positions the head projects
     assert [p["loss"] for p in records["answer"]["loss"]] == pytest.approx([p["loss"] for p in records["all"]["loss"]], rel=1e-4)
-    # a YAML value is a default that argparse does not check against the choices: sft.py refuses it by name
-    refused = launch(write_config(tmp_path / "bad.yaml", tiny_model, train_file, tmp_path / "bad", lm_head_positions="Answer"))
-    assert refused.returncode != 0 and "lm_head_positions must be one of answer, all, not 'Answer'" in refused.stderr
+    # a YAML value is a default that argparse does not check against the choices: sft.py refuses it by file, line and name
+    bad = write_config(tmp_path / "bad.yaml", tiny_model, train_file, tmp_path / "bad", lm_head_positions="Answer")
+    refused = launch(bad)
+    line = next(n for n, text in enumerate(bad.read_text().splitlines(), 1) if text.startswith("lm_head_positions:"))
+    assert refused.returncode != 0 and f"{bad}, line {line}: lm_head_positions: 'Answer' is not one of answer, all" in refused.stderr
 
 
 def test_too_long_examples_can_be_refused(tmp_path, tiny_model, train_file):

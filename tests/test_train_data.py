@@ -63,9 +63,9 @@ def test_a_config_value_outside_its_choices_is_refused_with_its_file_and_line(tm
     from fastvista.train.sft import check_choices, make_parser
 
     config = tmp_path / "student.yaml"
-    config.write_text("model_name_or_path: m\nuse_cpu: true\ntrain_sampling_strategy: by_length\n")
+    config.write_text("model_name_or_path: m\nuse_cpu: true\ntrain_sampling_strategy: random\n'train_sampling_strategy' : by_length\n")
     parsed = make_parser().parse_args_and_config(["--config", str(config), "--train_file", "x.jsonl"])
-    with pytest.raises(ValueError, match=rf"{config}, line 3: train_sampling_strategy: 'by_length' is not one of .*group_by_length"):
+    with pytest.raises(ValueError, match=rf"{config}, line 4: train_sampling_strategy: 'by_length' is not one of .*group_by_length"):
         check_choices(parsed, str(config))
     overridden = make_parser().parse_args_and_config(["--config", str(config), "--train_file", "x.jsonl",
                                                       "--train_sampling_strategy", "group_by_length"])

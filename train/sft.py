@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import sys
 import time
@@ -282,6 +283,10 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
         from fastvista.train.label_weight import decision_weighted
 
         trainer_class = decision_weighted(SFTTrainer, student_args.label_weight, tokenizer, fmt.answer)
+    if training_args.train_sampling_strategy == "group_by_length":  # an order a resumed run repeats (train/length_order.py)
+        from fastvista.train.length_order import length_ordered
+
+        trainer_class = length_ordered(trainer_class)
     trainer = trainer_class(
         model=base,
         args=training_args,
@@ -376,7 +381,8 @@ def check_choices(configs, config_file: str | None) -> None:
         for f in fields(config):
             choices, value = f.metadata.get("choices"), getattr(config, f.name)
             if choices and value is not None and value not in choices:
-                line = next((n for n, text in enumerate(lines, 1) if text.startswith(f"{f.name}:")), None)
+                key = re.compile(rf"""^\s*["']?{f.name}["']?\s*:""")
+                line = max((n for n, text in enumerate(lines, 1) if key.match(text)), default=None)  # YAML keeps the last
                 where = f"{config_file}, line {line}: " if line else ""
                 raise ValueError(f"{where}{f.name}: {value!r} is not one of {', '.join(map(str, choices))}")
 
