@@ -1,5 +1,12 @@
 """Length-grouped training order: a run resumed inside its second epoch trains what the uninterrupted run trains."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 import torch
 from torch import nn
 
@@ -54,3 +61,20 @@ def test_a_run_resumed_in_its_second_epoch_repeats_the_uninterrupted_order(tmp_p
     assert spread(whole) < spread(shuffled) / 2  # batches of like length
     eval_order = list(trainer._get_eval_sampler(dataset))
     assert eval_order == list(range(64))  # validation read in order, as without grouping
+
+
+@pytest.mark.slow
+def test_with_two_processes_a_resumed_run_repeats_each_ranks_order(tmp_path):
+    """accelerate wraps the sampler in batch-sampler shards whose set_epoch does not reach it: the
+    trainer sets the epoch itself (two CPU processes over gloo)."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(root / "tests" / "length_order_ddp.py"), str(tmp_path / "run")],
+                          capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"run.rank{r}.json").read_text()) for r in (0, 1)]
+    for rank in ranks:
+        assert rank["resumed"] == rank["whole"][12:]
+    for epoch in (slice(0, 8), slice(8, 16)):  # the two ranks share each epoch's examples, each once
+        assert sorted(i for rank in ranks for batch in rank["whole"][epoch] for i in batch) == list(range(64))

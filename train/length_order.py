@@ -40,12 +40,22 @@ def length_ordered(trainer_class):
     from transformers.trainer_utils import has_length
 
     class LengthOrdered(trainer_class):
+        length_sampler = None
+
         def _get_train_sampler(self, train_dataset=None):
             sampler = super()._get_train_sampler(train_dataset)
             if isinstance(sampler, LengthGroupedSampler):
                 seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-                return epoch_seeded_length_sampler(sampler.lengths, sampler.batch_size, seed)
+                sampler = self.length_sampler = epoch_seeded_length_sampler(sampler.lengths, sampler.batch_size, seed)
             return sampler
+
+        def _run_epoch(self, *args, epoch, **kwargs):
+            # Set here, not only through the data loader: with several processes accelerate wraps the
+            # sampler in batch-sampler shards (and a resumed epoch in a skipping one) whose set_epoch
+            # never reaches it, and a resumed epoch would replay the first one's order.
+            if self.length_sampler is not None:
+                self.length_sampler.set_epoch(epoch)
+            return super()._run_epoch(*args, epoch=epoch, **kwargs)
 
         def _get_eval_sampler(self, eval_dataset):
             if eval_dataset is None or not has_length(eval_dataset):

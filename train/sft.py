@@ -381,7 +381,7 @@ def check_choices(configs, config_file: str | None) -> None:
         for f in fields(config):
             choices, value = f.metadata.get("choices"), getattr(config, f.name)
             if choices and value is not None and value not in choices:
-                key = re.compile(rf"""^\s*["']?{f.name}["']?\s*:""")
+                key = re.compile(rf"""^["']?{re.escape(f.name)}["']?\s*:""")  # a top-level key, quoted or not
                 line = max((n for n, text in enumerate(lines, 1) if key.match(text)), default=None)  # YAML keeps the last
                 where = f"{config_file}, line {line}: " if line else ""
                 raise ValueError(f"{where}{f.name}: {value!r} is not one of {', '.join(map(str, choices))}")
