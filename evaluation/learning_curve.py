@@ -22,6 +22,9 @@ configs changed is refused, never mixed. Checkpoints are saved at every snapshot
 depend on the test files and the scoring config only and live in a folder named by their digest;
 the test files are copied once per command, so every point of a command is scored on the same
 test split, and a grown split is scored again by the same students without training. The
+largest trained point is scored first, so a command stopped while earlier points are scored again
+(after the test files or the scoring config changed) already has it in learning_curve.json, which
+lists the points still to score (`not_scored_yet`; curves with such points are not compared). The
 validation set is the first `eval_turns` turns of the validation split (whole dialogues).
 Everything is checked before training; the training and scoring logs are kept beside their
 outputs. Writes learning_curve.json, learning_curve.md and learning_curve.png. Between the chunks
@@ -140,6 +143,9 @@ def bases_table(curves: dict[str, dict]) -> str:
     tests = {name: Path(curve["config"]["test_teacher"]).parent.name for name, curve in curves.items()}
     if len(set(tests.values())) > 1:
         raise ValueError(f"the curves were scored on different test files, so their points do not compare: {tests}")
+    unscored = {name: curve["not_scored_yet"] for name, curve in curves.items() if curve.get("not_scored_yet")}
+    if unscored:
+        raise ValueError(f"points still to score (their command stopped midway; run it again): {unscored}")
     lines = ["| base | training turns | validation loss | " + " | ".join(METRICS.values()) + " | parsed |",
              "|---|---|---|" + "---|" * len(METRICS) + "---|"]
     for name, curve in curves.items():
@@ -467,11 +473,12 @@ def curve(cfg: LearningCurveConfig, out: Path) -> list[dict]:
     finished = (student / "training_record.json").exists()
     run = json.loads((student / "training_record.json").read_text()) if finished else {}
     eval_loss = {e["step"]: e["eval_loss"] for e in run.get("eval_loss", [])}
-    points, pending = [], []
+    points, pending, trained = [], [], []
 
     def save() -> None:
-        (out / "learning_curve.json").write_text(json.dumps({"config": cfg.model_dump(), "training": str(student), "points": points,
-                                                             "not_trained_yet": pending}, indent=2))
+        unscored = [size for size, _, _ in trained if size not in {p["turns"] for p in points}]
+        _write(out / "learning_curve.json", json.dumps({"config": cfg.model_dump(), "training": str(student), "points": points,
+                                                        "not_trained_yet": pending, "not_scored_yet": unscored}, indent=2))
 
     for size in sizes:
         if size == sizes[-1]:
@@ -492,7 +499,12 @@ def curve(cfg: LearningCurveConfig, out: Path) -> list[dict]:
             # validated there; the run that goes on validates that step again on more examples)
             own = saved.get("final_eval_loss")
             adapter, record = snapshot, {"step": step, "eval_loss": own if own is not None else eval_loss.get(step)}
+        trained.append((size, adapter, record))
+    if trained:
+        save()
+    for size, adapter, record in reversed(trained):  # the newest point first: the one a run waits for
         points.append(score_point(cfg, size, rows[:size], adapter, record))
+        points.sort(key=lambda p: p["turns"])
         save()
     if not points:
         raise ValueError(f"no point of {out} is trained yet (sizes {sizes}): nothing to score")

@@ -224,6 +224,40 @@ def test_a_chunk_that_ended_is_told_from_a_failed_run_by_its_own_marker(tmp_path
         learning_curve.curve(cfg.model_copy(update={"train_file": str(tmp_path / "train.jsonl")}), out)
 
 
+def test_the_newest_point_is_scored_first_and_the_curve_kept_in_order_of_size(tmp_path, monkeypatch):
+    """A run that went on scores its new point before the earlier ones (they may be scored again
+    under a changed scoring config): a session that ends midway has the figure it waited for."""
+    from fastvista.evaluation import learning_curve
+
+    out, student = tmp_path / "curve", tmp_path / "curve" / "student"
+    for size, step in ((3, 1), (5, 2)):
+        (student / "snapshots" / f"turns_{size}").mkdir(parents=True)
+        (student / "snapshots" / f"turns_{size}" / "snapshot.json").write_text(json.dumps({"step": step}))
+    (student / "training_record.json").write_text(json.dumps({"final_eval_loss": 0.3}))
+    monkeypatch.setattr(learning_curve, "train", lambda *a: (student, examples(), [3, 5, 9], False))
+    monkeypatch.setattr(learning_curve, "frozen_tests", lambda cfg, out: cfg)
+    monkeypatch.setattr(learning_curve, "plot", lambda points, path: None)
+    scored, saved = [], []
+
+    def score(cfg, size, subset, adapter, record):
+        scored.append(size)  # what a session killed before this point leaves behind:
+        kept = json.loads((out / "learning_curve.json").read_text())
+        saved.append(([p["turns"] for p in kept["points"]], kept["not_scored_yet"]))
+        return {"turns": size, "dialogues": len({e["dialogue_id"] for e in subset}), "metrics": {}, **record}
+
+    monkeypatch.setattr(learning_curve, "score_point", score)
+    (tmp_path / "train.jsonl").write_text(_lines(examples()))
+    points = learning_curve.curve(config(tmp_path, sizes=[3, 5, 0], train_file=str(tmp_path / "train.jsonl")), out)
+    assert scored == [9, 5, 3] and saved == [([], [3, 5, 9]), ([9], [3, 5]), ([5, 9], [3])]
+    assert [p["turns"] for p in points] == [3, 5, 9] and [p["step"] for p in points] == [1, 2, None]
+    final = json.loads((out / "learning_curve.json").read_text())
+    assert [p["turns"] for p in final["points"]] == [3, 5, 9] and final["not_scored_yet"] == []
+    stopped = {**final, "points": final["points"][1:], "not_scored_yet": [3]}  # a curve whose command stopped midway
+    with pytest.raises(ValueError, match=r"still to score.*'half': \[3\]"):
+        learning_curve.bases_table({"whole": final, "half": stopped})
+    assert "| whole | 3 |" in learning_curve.bases_table({"whole": final})
+
+
 def test_the_sizes_reach_sft_py_as_its_parser_reads_them():
     from fastvista.evaluation.learning_curve import launch_args
     from fastvista.train.sft import make_parser
@@ -420,7 +454,7 @@ def test_a_finished_runs_points_are_scored_from_their_adapters_and_merged_only_t
                         or {"turns": size, "dialogues": 1, "metrics": {"kappa": 0.4}, **record})
     learning_curve.curve(cfg, out)
     assert built == []  # nothing merged where the scores are read, not made
-    assert scored == [(2, student / "snapshots" / "turns_2", {"step": 1, "eval_loss": 0.7}), (4, student, {"step": None, "eval_loss": 0.5})]
+    assert scored == [(4, student, {"step": None, "eval_loss": 0.5}), (2, student / "snapshots" / "turns_2", {"step": 1, "eval_loss": 0.7})]
     monkeypatch.undo()
     monkeypatch.setattr(learning_curve, "merged", lambda adapter: built.append(adapter) or adapter / "merged")
     monkeypatch.setattr(learning_curve, "_run", lambda cmd, *a, **k: ran.append(cmd))
