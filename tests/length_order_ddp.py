@@ -23,3 +23,7 @@ for run, resume in (("whole", None), ("resumed", f"{out}/checkpoint-12")):  # 8 
     length_ordered(Trainer)(model=Recorder(seen[run]), args=args, train_dataset=dataset, data_collator=collate).train(resume_from_checkpoint=resume)
 with open(f"{out}.rank{args.process_index}.json", "w") as f:
     json.dump(seen, f)
+# Both ranks leave together with their process group closed: a rank that exits while the other's gloo
+# threads still hold its connection can abort ("terminate called without an active exception").
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
