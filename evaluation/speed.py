@@ -431,9 +431,18 @@ def main(args: SpeedConfig, out: Path, engines: dict | None = None) -> dict:
                     measured(name, dialogues, machine, backend, out, schedule=schedule, server=url)
     result = save(args, settings, out, len(dialogues), configs)
     if "speedup" not in result:
-        raise ValueError("the ratios need a teacher row and a student row: run them too (or run without --only)")
+        teachers, students = ratio_rows(configs)
+        missing = [kind for kind, rows in (("a teacher row with prefix caching", teachers), ("a student row", students)) if not rows]
+        raise ValueError(f"no ratio: {out / 'speed.json'} holds {', '.join(repr(n) for n in configs) or 'no row'}, and the ratios "
+                         f"need {' and '.join(missing)}: add {'it' if len(missing) == 1 else 'them'} with --only (or run without --only)")
     print(table(result))
     return result
+
+
+def ratio_rows(configs: dict) -> tuple[dict, dict]:
+    """The rows a ratio is taken between: the teacher's with prefix caching, and the student's."""
+    return ({k: v for k, v in configs.items() if k.startswith("teacher") and "no prefix" not in k},
+            {k: v for k, v in configs.items() if k.startswith("student")})
 
 
 def save(args: SpeedConfig, settings: dict, out: Path, dialogues: int, configs: dict) -> dict:
@@ -446,8 +455,7 @@ def save(args: SpeedConfig, settings: dict, out: Path, dialogues: int, configs: 
         "settings": settings,
         "configurations": configs,
     }
-    teachers = {k: v for k, v in configs.items() if k.startswith("teacher") and "no prefix" not in k}
-    students = {k: v for k, v in configs.items() if k.startswith("student")}
+    teachers, students = ratio_rows(configs)
     if teachers and students:
         strongest = max(teachers, key=lambda k: teachers[k]["turns_per_second"])
         best = max(students, key=lambda k: students[k]["turns_per_second"])

@@ -330,7 +330,7 @@ def test_speed_measures_a_served_row_behind_its_server(tmp_path, monkeypatch):
     monkeypatch.setattr(speed, "running", running)
     monkeypatch.setattr(speed, "reset_prefix_cache", resets.append)
     monkeypatch.setattr(speed, "make_backend", lambda config: ScriptedStudent())
-    with pytest.raises(ValueError, match="the ratios need a teacher row"):  # one row alone gives no ratio
+    with pytest.raises(ValueError, match="speed.json holds 'student, served, waves', and the ratios need a teacher row"):  # no ratio yet
         speed.main(cfg, tmp_path / "out")
     kept = json.loads((tmp_path / "out" / "speed.json").read_text())["configurations"]
     assert list(kept) == ["student, served, waves"] and kept["student, served, waves"]["turns"] == 9

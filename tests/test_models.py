@@ -204,6 +204,15 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
     used = scored_as_the_card_says(card)
     assert (used.backend.model, used.student.answer, used.student.history_turns) == ("tiny-worded", "worded", 8)
     assert "`fastvista data corpus-split --answer worded`" in card and "`subjective` for OUT_OF_SCOPE" in card
+    training = {"num_train_epochs": 3, "max_steps": 40, "warmup_steps": 3, "train_sampling_strategy": "group_by_length",
+                "per_device_train_batch_size": 2, "gradient_accumulation_steps": 8, "learning_rate": 5e-4}
+    cooled = {**worded, "examples": {"train": 4188, "eval": 63}, "config": {**record["config"], "training": training},
+              "init_adapter": {"path": "runs/earlier/student", "sha256": "cd" * 32}}  # a short run from a finished adapter
+    (trained / "training_record.json").write_text(json.dumps(cooled))
+    card = (ship(trained, "tiny-cooled", "tinybase", agreement, tmp_path / "students")[0] / "README.md").read_text()
+    assert "640 (40 steps of 16, in group_by_length order) of the 4188 teacher-labelled turns" in card
+    assert "started from the finished adapter `runs/earlier/student` (sha256 `" + "cd" * 32 in card
+    assert "max_steps: 40" in card and "num_train_epochs" not in card and "warmup_steps: 3" in card
 
 
 def test_shipping_refuses_a_folder_that_is_not_a_trained_student(tmp_path):

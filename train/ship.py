@@ -80,7 +80,9 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     front = {"base_model": base, "library_name": "peft", "license": "apache-2.0", "pipeline_tag": "text-generation",
              "tags": ["fastvista", "factuality", "dialogue", "lora", "trl"]}
     training = record.get("config", {}).get("training", {})
-    settings = {k: training.get(k) for k in ("num_train_epochs", "learning_rate", "lr_scheduler_type", "per_device_train_batch_size",
+    steps = training.get("max_steps") or -1  # a positive max_steps, not the epochs, ends a run
+    settings = {k: training.get(k) for k in ("max_steps" if steps > 0 else "num_train_epochs", "learning_rate", "lr_scheduler_type",
+                                             "warmup_steps", "train_sampling_strategy", "per_device_train_batch_size",
                                              "gradient_accumulation_steps", "max_length", "bf16") if k in training}
     model = record.get("config", {}).get("model", {})
     settings.update({k: model.get(k) for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules") if k in model})
@@ -95,9 +97,18 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
                                                    if k in ("history_turns", "layout", "answer"))
     turns = agreement.get("turns", {}).get("usable")
     snapshot = record.get("snapshot")
-    trained_on = (f"The first {snapshot['examples_through_step']} (one pass in file order: the snapshot at step {snapshot['step']} of a "
-                  f"learning-curve run, its {snapshot['first_examples']}-turn point; the settings below are that run's)"
-                  if snapshot else str(record.get("examples", {}).get("train")))
+    examples = record.get("examples", {}).get("train")
+    batch = training.get("per_device_train_batch_size", 1) * training.get("gradient_accumulation_steps", 1)
+    if snapshot:
+        trained_on = (f"The first {snapshot['examples_through_step']} (one pass in file order: the snapshot at step {snapshot['step']} "
+                      f"of a learning-curve run, its {snapshot['first_examples']}-turn point; the settings below are that run's)")
+    elif steps > 0 and isinstance(examples, int) and steps * batch < examples:
+        trained_on = f"{steps * batch} ({steps} steps of {batch}, in {training.get('train_sampling_strategy', 'random')} order) of the {examples}"
+    else:
+        trained_on = str(examples)
+    started = record.get("init_adapter")
+    started_line = (f"\nIts LoRA weights started from the finished adapter `{started['path']}` (sha256 `{started['sha256']}`), not from\n"
+                    "fresh ones, so what it learned there counts too: that adapter's own record says from what.\n" if started else "")
     resumed = record.get("resumed_from")
     cost = ("A snapshot: the run's time and memory are in its own record." if snapshot else
             f"Trained in {rounded(record.get('train_runtime_s'), 0)} s at {rounded(record.get('tokens_per_s'), 1)} tokens/s (peak\n"
@@ -125,7 +136,7 @@ settings and prompts version `data/corpus/CORPUS.md` records.
 (sha256 `{record.get('data_sha256')}`), built from the corpus of `data/corpus/` with
 `{split}`. Validation: {record.get('examples', {}).get('eval')} turns of
 dialogues never trained on; final validation loss {rounded(record.get('final_eval_loss'), 4)}.
-
+{started_line}
 ## Training settings
 
 ```yaml
