@@ -213,6 +213,9 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
     assert "640 (40 steps of 16, in group_by_length order) of the 4188 teacher-labelled turns" in card
     assert "started from the finished adapter `runs/earlier/student` (sha256 `" + "cd" * 32 in card
     assert "max_steps: 40" in card and "num_train_epochs" not in card and "warmup_steps: 3" in card
+    (trained / "training_record.json").write_text(json.dumps({**cooled, "world_size": 8}))  # 8 processes: 128 turns a step
+    card = (ship(trained, "tiny-cooled-8", "tinybase", agreement, tmp_path / "students")[0] / "README.md").read_text()
+    assert "1.22 passes (40 steps of 128) over the 4188 teacher-labelled turns" in card
 
 
 def test_shipping_refuses_a_folder_that_is_not_a_trained_student(tmp_path):

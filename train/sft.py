@@ -200,6 +200,7 @@ def run_record(student_args: StudentArguments, training_args, model_args, fmt, t
         "examples": {"train": len(train), "eval": len(held_out), "dialogues_eval": len({e["dialogue_id"] for e in held_out})},
         "length": length_reports,
         "config": {"student": asdict(student_args), "model": asdict(model_args), "training": training_args.to_dict()},
+        "world_size": training_args.world_size,  # processes: a step's examples are batch x accumulation x this
         "precision": precision,
         **({"init_adapter": started_with} if started_with else {}),
     }

@@ -98,12 +98,14 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     turns = agreement.get("turns", {}).get("usable")
     snapshot = record.get("snapshot")
     examples = record.get("examples", {}).get("train")
-    batch = training.get("per_device_train_batch_size", 1) * training.get("gradient_accumulation_steps", 1)
+    batch = training.get("per_device_train_batch_size", 1) * training.get("gradient_accumulation_steps", 1) * record.get("world_size", 1)
     if snapshot:
         trained_on = (f"The first {snapshot['examples_through_step']} (one pass in file order: the snapshot at step {snapshot['step']} "
                       f"of a learning-curve run, its {snapshot['first_examples']}-turn point; the settings below are that run's)")
     elif steps > 0 and isinstance(examples, int) and steps * batch < examples:
         trained_on = f"{steps * batch} ({steps} steps of {batch}, in {training.get('train_sampling_strategy', 'random')} order) of the {examples}"
+    elif steps > 0 and isinstance(examples, int):
+        trained_on = f"{steps * batch / examples:.2f} passes ({steps} steps of {batch}) over the {examples}"
     else:
         trained_on = str(examples)
     started = record.get("init_adapter")
