@@ -94,7 +94,8 @@ STUDENTS: dict[str, ShippedStudent] = {
         sha256="fdcb09a33933a8c1578592ea55341c1dd5b1ae09b35a90cb329d73d7b7ba8bb6",
         notes="the worded student carried on to all 4,192 corpus training turns, then 40 steps of a rate decaying to zero: "
               "above the default on decision agreement, kappa, Pearson, recall and label accuracy (docs/student.md, 'A cool-down'); "
-              "not yet measured against human labels or for speed, so not the default; score it with -c configs/score/worded_cooldown_student_cpu.yaml",
+              "1.15x the default's speed, but below it against human labels (Q2 -0.10, paired 95% CI [-0.19, -0.01]), so not "
+              "the default; score it with -c configs/score/worded_cooldown_student_cpu.yaml",
     ),
 }
 

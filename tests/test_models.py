@@ -216,6 +216,15 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
     (trained / "training_record.json").write_text(json.dumps({**cooled, "world_size": 8}))  # 8 processes: 128 turns a step
     card = (ship(trained, "tiny-cooled-8", "tinybase", agreement, tmp_path / "students")[0] / "README.md").read_text()
     assert "1.22 passes (40 steps of 128) over the 4188 teacher-labelled turns" in card
+    over = {"label": "VERIFIED", "share": 0.3, "examples_with_label": 495, "examples": 4188, "repeats_added": 1088,
+            "share_before": 0.1182, "share_after": 0.3, "claim_share_before": 0.0544, "claim_share_after": 0.1311}
+    oversampled = {**cooled, "examples": {"train": 5276, "eval": 63}, "oversample": over,
+                   "config": {**record["config"], "training": {**training, "train_sampling_strategy": "random"}}}
+    (trained / "training_record.json").write_text(json.dumps(oversampled))  # rare turns repeated: the card says rows and repeats
+    card = (ship(trained, "tiny-over", "tinybase", agreement, tmp_path / "students")[0] / "README.md").read_text()
+    assert "640 (40 steps of 16, in random order) of the 5276 rows (4188 teacher-labelled turns and 1088 repeats) of `" in card
+    assert ("The 495 turns holding a VERIFIED claim were repeated until they made 30% of the rows\n(12% of the turns); "
+            "VERIFIED claims went from 5.4% to 13.1% of the claims.") in card
 
 
 def test_shipping_refuses_a_folder_that_is_not_a_trained_student(tmp_path):

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastvista.records_io import RecordError
-from fastvista.train.data import enforce_max_length, read_examples, split_by_dialogue
+from fastvista.train.data import enforce_max_length, oversample, read_examples, split_by_dialogue
 
 
 def examples_of(turns_per_dialogue: list[int]) -> list[dict]:
@@ -117,3 +117,118 @@ def test_snapshot_steps_fall_where_sequential_training_has_seen_the_first_n_kept
     assert snapshot_steps(ids, {"e0"}, [1], batch=4) == {}  # nothing of the first one is trained on
     with pytest.raises(ValueError, match="same step 2"):
         snapshot_steps(ids, set(), [5, 6], batch=4)
+
+
+@settings(max_examples=100)
+@given(st.integers(1, 30), st.integers(1, 200), st.floats(0.05, 0.95), st.integers(0, 5))
+def test_oversampling_raises_the_labelled_share_and_keeps_every_other_turn_once(rare, common, share, seed):
+    examples = [{"id": f"r{i}", "labels": ["V", "L"]} for i in range(rare)] + [{"id": f"c{i}", "labels": ["L"]} for i in range(common)]
+    try:
+        out, report = oversample(examples, lambda e: e["labels"], "V", share, seed)
+    except ValueError as e:  # asked for no more than the turns already make, or for more copies than allowed
+        assert share <= rare / (rare + common) or "at most" in str(e)
+        return
+    ids = [e["id"] for e in out]
+    assert ids[:len(examples)] == [e["id"] for e in examples]  # the originals first, in order
+    assert all(ids.count(f"c{i}") == 1 for i in range(common))
+    counts = [ids.count(f"r{i}") for i in range(rare)]
+    assert max(counts) - min(counts) <= 1 and max(counts) <= 20  # whole copies, then one more of a sample: no turn favoured
+    assert sum(counts) / len(out) == pytest.approx(share, abs=1 / len(out))
+    assert sum(counts) / len(out) == pytest.approx(report["share_after"], abs=1e-4)
+    assert report["claim_share_after"] == pytest.approx(sum(counts) / (2 * sum(counts) + common), abs=1e-4)
+    assert report["repeats_added"] == len(out) - len(examples) and report["examples_with_label"] == rare
+    assert out == oversample(examples, lambda e: e["labels"], "V", share, seed)[0]  # reproducible
+
+
+def test_oversampling_refuses_what_would_repeat_none_or_too_much():
+    examples = [{"labels": ["V"]}, {"labels": ["L"]}, {"labels": []}]
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        oversample(examples, lambda e: e["labels"], "V", 1.0, 0)
+    with pytest.raises(ValueError, match="no training example holds a X claim"):
+        oversample(examples, lambda e: e["labels"], "X", 0.3, 0)
+    with pytest.raises(ValueError, match="already make 33.3% of them: oversample_share 0.3 would repeat none"):
+        oversample(examples, lambda e: e["labels"], "V", 0.3, 0)
+    with pytest.raises(ValueError, match="at most 20"):
+        oversample(examples + [{"labels": []}] * 40, lambda e: e["labels"], "V", 0.5, 0)  # 1 turn in 43: 42 copies
+    assert len(oversample(examples + [{"labels": []}] * 17, lambda e: e["labels"], "V", 0.5, 0)[0]) == 38  # 19 copies: allowed
+
+
+def student_example(i, labels, answer="worded", window=False):
+    from fastvista.schema import Claim
+    from fastvista.single_pass import render_target
+
+    text = render_target([Claim(text=f"Claim {i}.{n}.", label=label) for n, label in enumerate(labels)], answer)
+    text = f"[TURN 1]\n{text}\n[TURN 2]\nNONE" if window else text
+    return {"id": f"t{i}", "dialogue_id": f"d{i}", "prompt": [], "completion": [{"role": "assistant", "content": text}]}
+
+
+@pytest.mark.parametrize("answer,window", [("numbered", False), ("coded", False), ("worded", False), ("numbered", True)])
+def test_the_turns_oversampled_are_those_whose_answer_labels_a_claim_so_in_each_answer_style(answer, window):
+    from fastvista.contract import StudentFormat
+    from fastvista.labels import Label
+    from fastvista.train.sft import StudentArguments, oversample_label
+
+    fmt = StudentFormat(answer=answer, history_turns=8, max_store_claims=64, turns_per_call=2 if window else 1)
+    labels = [[Label.LACKING_EVIDENCE, Label.VERIFIED], [Label.OUT_OF_SCOPE], [], [Label.LACKING_EVIDENCE], [Label.OUT_OF_SCOPE]]
+    train = [student_example(i, ls, answer, window) for i, ls in enumerate(labels)]
+    args = StudentArguments(train_file="train.jsonl", oversample_label="verified", oversample_share=0.5)
+    out, report = oversample_label(train, args, fmt, seed=0)
+    assert [e["id"] for e in out] == ["t0", "t1", "t2", "t3", "t4", "t0", "t0", "t0"]  # 4 of 8 rows hold a VERIFIED claim
+    assert (report["label"], report["examples_with_label"], report["share_after"]) == ("VERIFIED", 1, 0.5)
+    assert (report["claim_share_before"], report["claim_share_after"]) == (0.2, 0.3636)  # 1 of 5 claims, then 4 of 11
+
+
+def test_an_answer_that_does_not_read_names_the_file_and_the_example():
+    from fastvista.contract import StudentFormat
+    from fastvista.labels import Label
+    from fastvista.train.sft import StudentArguments, oversample_label
+
+    train = [student_example(0, [Label.VERIFIED], "numbered"), student_example(1, [Label.OUT_OF_SCOPE], "numbered")]
+    args = StudentArguments(train_file="runs/x/train.jsonl", oversample_label="VERIFIED", oversample_share=0.6)
+    with pytest.raises(ValueError, match=r"runs/x/train.jsonl: example t0: its completion does not read as a worded answer"):
+        oversample_label(train, args, StudentFormat(answer="worded", history_turns=8, max_store_claims=64), seed=0)
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"oversample_share": 0.3}, "without oversample_label"),
+    ({"oversample_label": "VERIFIED"}, "needs an oversample_share between 0 and 1, not 0.0"),
+    ({"oversample_label": "SUPPORTED!", "oversample_share": 0.3}, "unknown claim label"),
+    ({"oversample_label": "VERIFIED", "oversample_share": 0.3, "strategy": "sequential"}, "needs train_sampling_strategy: random, not sequential"),
+    ({"oversample_label": "VERIFIED", "oversample_share": 0.3, "strategy": "group_by_length"}, "copies of a turn in one batch"),
+    ({"oversample_label": "VERIFIED", "oversample_share": 0.3, "snapshot_examples": [100]}, "snapshot_examples counts the first N"),
+])
+def test_oversampling_settings_are_refused_before_anything_is_read(settings, message):
+    from types import SimpleNamespace
+
+    from fastvista.train.sft import StudentArguments, check_oversample
+
+    training = SimpleNamespace(train_sampling_strategy=settings.pop("strategy", "random"))
+    with pytest.raises(ValueError, match=message):
+        check_oversample(StudentArguments(train_file="t.jsonl", **settings), training)
+    check_oversample(StudentArguments(train_file="t.jsonl"), training)  # no oversampling: nothing to check
+    check_oversample(StudentArguments(train_file="t.jsonl", oversample_label="VERIFIED", oversample_share=0.3),
+                     SimpleNamespace(train_sampling_strategy="random"))
+
+
+def test_a_resumed_run_refuses_rows_other_than_its_first_chunk_trained_on(tmp_path):
+    from fastvista.labels import Label
+    from fastvista.train.sft import same_training_rows
+
+    rows = [student_example(i, [Label.VERIFIED]) for i in range(3)]
+    same_training_rows(tmp_path / "run", rows, resuming=False, write=True)
+    same_training_rows(tmp_path / "run", rows, resuming=True, write=True)  # the same rows: goes on
+    with pytest.raises(ValueError, match="was trained on other rows than these"):
+        same_training_rows(tmp_path / "run", rows + rows[:1], resuming=True, write=True)  # a repeat more
+    same_training_rows(tmp_path / "run", rows[:2], resuming=False, write=True)  # a fresh start writes its own rows
+    with pytest.raises(ValueError, match="other rows"):
+        same_training_rows(tmp_path / "run", rows, resuming=True, write=False)
+
+
+def test_no_run_goes_on_from_an_oversampled_one(tmp_path):
+    from fastvista.train.warm_start import finished_steps
+
+    training = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 8, "num_train_epochs": 1, "max_steps": -1,
+                "logging_steps": 4, "eval_steps": 20, "save_steps": 10}
+    record = {"config": {"training": training}, "examples": {"train": 5276}, "oversample": {"label": "VERIFIED"}}
+    with pytest.raises(ValueError, match="repeated the turns holding a VERIFIED claim"):
+        finished_steps(record, tmp_path)

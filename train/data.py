@@ -89,6 +89,42 @@ def enforce_max_length(examples: list[dict], lengths: list[int], max_length: int
     return kept, report
 
 
+MAX_COPIES = 20  # more copies of each rare turn would teach those turns by heart rather than their label
+
+
+def oversample(examples: list[dict], labels_of, label, share: float, seed: int) -> tuple[list[dict], dict]:
+    """Repeat the examples whose answer holds a claim of `label` until they are `share` of the
+    training rows, every other example kept once: a label the teacher rarely gives on its corpus
+    (VERIFIED: 5% of its Topical-Chat claims, 27-32% of its claims on the human-labelled sets)
+    teaches a student never to give it. Whole copies first, then a seeded sample of one more;
+    `labels_of(example)` lists the labels of an example's claims."""
+    if not 0 < share < 1:
+        raise ValueError(f"oversample_share must lie between 0 and 1, not {share}")
+    labels = [labels_of(e) for e in examples]
+    rare = [i for i, claims in enumerate(labels) if label in claims]
+    if not rare:
+        raise ValueError(f"no training example holds a {label} claim to oversample")
+    before = len(rare) / len(examples)
+    if share <= before:
+        raise ValueError(f"the training turns holding a {label} claim already make {before:.1%} of them: "
+                         f"oversample_share {share} would repeat none")
+    wanted = round(share * (len(examples) - len(rare)) / (1 - share))
+    copies, rest = divmod(wanted, len(rare))
+    if copies + (rest > 0) > MAX_COPIES:
+        raise ValueError(f"oversample_share {share} would put each of the {len(rare)} turns holding a {label} claim in "
+                         f"{wanted / len(rare):.1f} times (at most {MAX_COPIES}): ask for a smaller share")
+    repeats = rare * (copies - 1) + random.Random(seed).sample(rare, rest)
+    rows = list(range(len(examples))) + repeats
+
+    def claim_share(indices):
+        claims = [c for i in indices for c in labels[i]]
+        return round(sum(c == label for c in claims) / max(len(claims), 1), 4)
+
+    report = {"examples_with_label": len(rare), "examples": len(examples), "repeats_added": len(repeats),
+              "share_before": round(before, 4), "share_after": round((len(rare) + len(repeats)) / len(rows), 4),
+              "claim_share_before": claim_share(range(len(examples))), "claim_share_after": claim_share(rows)}
+    return [examples[i] for i in rows], report
+
 
 def snapshot_steps(ids: list[str], dropped: set[str], counts: list[int], batch: int) -> dict[int, int]:
     """For each count n, the optimizer step after which sequential training (examples `ids` in

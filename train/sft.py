@@ -51,6 +51,10 @@ class StudentArguments:
                 "training it on new examples (a fresh optimizer, warmed up again). Its rank, alpha, target modules and "
                 "student format must be this run's, except the turns a call (a per-turn student may start a window "
                 "student); a resumed checkpoint already holds the weights."})
+    oversample_label: str = field(default="", metadata={
+        "help": "Repeat the training turns whose answer holds a claim of this label (e.g. VERIFIED) until they are "
+                "oversample_share of the training turns, for a label the corpus rarely holds (train/data.py, oversample)."})
+    oversample_share: float = field(default=0.0, metadata={"help": "The share of training turns oversample_label's turns are raised to."})
     snapshot_examples: list[int] = field(default_factory=list, metadata={
         "help": "Also save the adapter in OUTPUT/snapshots/turns_N, and validate, once training has seen the first N examples of "
                 "train_file (in file order: needs train_sampling_strategy sequential and an eval_file): a learning curve from one run."})
@@ -64,7 +68,7 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def prepare(student_args: StudentArguments, tokenizer, max_length: int):
+def prepare(student_args: StudentArguments, tokenizer, max_length: int, seed: int = 0):
     from fastvista.contract import format_of_examples
     from fastvista.train.data import enforce_max_length, read_examples, split_by_dialogue, token_length
 
@@ -86,7 +90,68 @@ def prepare(student_args: StudentArguments, tokenizer, max_length: int):
             train = kept
         else:
             held_out = kept
+    if student_args.oversample_label:
+        train, reports["oversample"] = oversample_label(train, student_args, fmt, seed)
     return train, held_out, reports, fmt
+
+
+def check_oversample(student_args: StudentArguments, training_args) -> None:
+    """oversample_label's settings, refused before any model or example is read."""
+    from fastvista.labels import parse_label
+
+    if not student_args.oversample_label:
+        if student_args.oversample_share:
+            raise ValueError(f"oversample_share {student_args.oversample_share} without oversample_label: name the label to oversample")
+        return
+    parse_label(student_args.oversample_label)  # ValueError names the labels
+    if not 0 < student_args.oversample_share < 1:
+        raise ValueError(f"oversample_label needs an oversample_share between 0 and 1, not {student_args.oversample_share}")
+    if training_args.train_sampling_strategy != "random":
+        raise ValueError(f"oversample_label needs train_sampling_strategy: random, not {training_args.train_sampling_strategy}: the "
+                         "repeats follow the file, so a sequential run meets them last (or never) and a length-grouped one "
+                         "puts copies of a turn in one batch")
+    if student_args.snapshot_examples:
+        raise ValueError("oversample_label repeats turns out of the file's order: snapshot_examples counts the first N of the file")
+
+
+def oversample_label(train: list[dict], student_args: StudentArguments, fmt, seed: int) -> tuple[list[dict], dict]:
+    """The training rows with oversample_label's turns repeated (train/data.py, oversample), and what was repeated."""
+    from fastvista.labels import parse_label
+    from fastvista.single_pass import parse_output
+    from fastvista.text import FormatError
+    from fastvista.train.data import oversample
+    from fastvista.window_pass import parse_window_output
+
+    label = parse_label(student_args.oversample_label)
+
+    def labels_of(example: dict) -> list:
+        answer = "\n".join(m["content"] for m in example["completion"] if m["role"] == "assistant")
+        try:
+            claims = ([c for turn in parse_window_output(answer, fmt.turns_per_call) for c in turn] if fmt.turns_per_call > 1
+                      else parse_output(answer, fmt.answer))
+        except FormatError as e:
+            raise ValueError(f"{student_args.train_file}: example {example.get('id', example['dialogue_id'])}: its completion "
+                             f"does not read as a {fmt.answer} answer ({e}): is it this format's training set?") from None
+        return [c.label for c in claims]
+
+    train, report = oversample(train, labels_of, label, student_args.oversample_share, seed)
+    return train, {"label": label.value, "share": student_args.oversample_share, **report}
+
+
+def same_training_rows(output_dir: Path, train: list[dict], resuming: bool, write: bool) -> None:
+    """A resumed run skips the steps its checkpoint took, which is right only on the very rows, in
+    the same order, that its first chunk trained on (OUTPUT/training_rows.json): another file,
+    max_length or oversampling would quietly train on other rows."""
+    import hashlib
+
+    marker = output_dir / "training_rows.json"
+    digest = hashlib.sha256(json.dumps([[e["prompt"], e["completion"]] for e in train]).encode()).hexdigest()
+    if resuming and marker.exists() and json.loads(marker.read_text())["sha256"] != digest:
+        raise ValueError(f"--resume: {output_dir} was trained on other rows than these ({marker}): resume with the same "
+                         "train_file, max_length and oversampling, or train into another output_dir")
+    if write:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"sha256": digest, "rows": len(train)}))
 
 
 def step_timer():
@@ -198,7 +263,8 @@ def run_record(student_args: StudentArguments, training_args, model_args, fmt, t
         "train_file": student_args.train_file,
         "data_sha256": file_hash(student_args.train_file),
         "examples": {"train": len(train), "eval": len(held_out), "dialogues_eval": len({e["dialogue_id"] for e in held_out})},
-        "length": length_reports,
+        "length": {name: r for name, r in length_reports.items() if name != "oversample"},
+        **({"oversample": length_reports["oversample"]} if "oversample" in length_reports else {}),
         "config": {"student": asdict(student_args), "model": asdict(model_args), "training": training_args.to_dict()},
         "world_size": training_args.world_size,  # processes: a step's examples are batch x accumulation x this
         "precision": precision,
@@ -260,13 +326,14 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     from fastvista.train.report import parse_rate, plot_losses, steady_tokens_per_s
     from fastvista.train.warm_start import load_adapter_weights, started_from
 
+    check_oversample(student_args, training_args)
     started = time.perf_counter()
     base = resolve_model(model_args.model_name_or_path)
     precision_note = choose_precision(student_args, training_args, model_args, base)
     tokenizer = AutoTokenizer.from_pretrained(base)
     if training_args.max_length is None:
         raise ValueError("set max_length: examples longer than it are counted and dropped, never truncated")
-    train, held_out, length_reports, fmt = prepare(student_args, tokenizer, training_args.max_length)
+    train, held_out, length_reports, fmt = prepare(student_args, tokenizer, training_args.max_length, training_args.seed)
     columns = ("prompt", "completion")
     train_ds = Dataset.from_list([{k: e[k] for k in columns} for e in train])
     eval_ds = Dataset.from_list([{k: e[k] for k in columns} for e in held_out]) if held_out else None
@@ -301,6 +368,7 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     checkpoint = get_last_checkpoint(training_args.output_dir) if student_args.resume and os.path.isdir(training_args.output_dir) else None
     if student_args.resume and checkpoint is None:
         trainer.accelerator.print(f"--resume: no checkpoint in {training_args.output_dir}, starting fresh")
+    same_training_rows(Path(training_args.output_dir), train, checkpoint is not None, trainer.accelerator.is_main_process)
     started_with = started_from(student_args.init_adapter, Path(training_args.output_dir), resuming=checkpoint is not None)
     if student_args.init_adapter and checkpoint is None:
         started_with = load_adapter_weights(trainer.model, Path(student_args.init_adapter), fmt, model_args, Path(training_args.output_dir))

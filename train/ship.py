@@ -97,7 +97,10 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
                                                    if k in ("history_turns", "layout", "answer"))
     turns = agreement.get("turns", {}).get("usable")
     snapshot = record.get("snapshot")
-    examples = record.get("examples", {}).get("train")
+    over = record.get("oversample")
+    examples = record.get("examples", {}).get("train")  # the rows drawn from: the turns, and repeats where a run oversampled
+    rows = (f"rows ({over['examples']} teacher-labelled turns and {over['repeats_added']} repeats)" if over
+            else "teacher-labelled turns")
     batch = training.get("per_device_train_batch_size", 1) * training.get("gradient_accumulation_steps", 1) * record.get("world_size", 1)
     if snapshot:
         trained_on = (f"The first {snapshot['examples_through_step']} (one pass in file order: the snapshot at step {snapshot['step']} "
@@ -111,6 +114,9 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     started = record.get("init_adapter")
     started_line = (f"\nIts LoRA weights started from the finished adapter `{started['path']}` (sha256 `{started['sha256']}`), not from\n"
                     "fresh ones, so what it learned there counts too: that adapter's own record says from what.\n" if started else "")
+    over_line = (f"\nThe {over['examples_with_label']} turns holding a {over['label']} claim were repeated until they made "
+                 f"{over['share_after']:.0%} of the rows\n({over['share_before']:.0%} of the turns); {over['label']} claims went from "
+                 f"{over['claim_share_before']:.1%} to {over['claim_share_after']:.1%} of the claims.\n" if over else "")
     resumed = record.get("resumed_from")
     cost = ("A snapshot: the run's time and memory are in its own record." if snapshot else
             f"Trained in {rounded(record.get('train_runtime_s'), 0)} s at {rounded(record.get('tokens_per_s'), 1)} tokens/s (peak\n"
@@ -134,11 +140,11 @@ settings and prompts version `data/corpus/CORPUS.md` records.
 
 ## Training data
 
-{trained_on} teacher-labelled turns of `{record.get('train_file')}`
+{trained_on} {rows} of `{record.get('train_file')}`
 (sha256 `{record.get('data_sha256')}`), built from the corpus of `data/corpus/` with
 `{split}`. Validation: {record.get('examples', {}).get('eval')} turns of
 dialogues never trained on; final validation loss {rounded(record.get('final_eval_loss'), 4)}.
-{started_line}
+{started_line}{over_line}
 ## Training settings
 
 ```yaml

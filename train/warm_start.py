@@ -26,6 +26,9 @@ def finished_steps(record: dict, where: Path) -> int:
     missing = [k for k in keys if k not in training] + ([] if isinstance(record.get("examples", {}).get("train"), int) else ["examples.train"])
     if missing:
         raise ValueError(f"{where}: no {', '.join(missing)}: not a finished training run's record")
+    if record.get("oversample"):
+        raise ValueError(f"{where}: its run repeated the turns holding a {record['oversample']['label']} claim: its steps do "
+                         "not follow the file's order, so no run can go on from them")
     if training["num_train_epochs"] != 1 or training["max_steps"] > 0:
         raise ValueError(f"{where}: its run was not one pass over its examples (num_train_epochs {training['num_train_epochs']}, "
                          f"max_steps {training['max_steps']}): a longer run cannot go on from it")
