@@ -223,8 +223,12 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
     (trained / "training_record.json").write_text(json.dumps(oversampled))  # rare turns repeated: the card says rows and repeats
     card = (ship(trained, "tiny-over", "tinybase", agreement, tmp_path / "students")[0] / "README.md").read_text()
     assert "640 (40 steps of 16, in random order) of the 5276 rows (4188 teacher-labelled turns and 1088 repeats) of `" in card
-    assert ("The 495 turns holding a VERIFIED claim were repeated until they made 30% of the rows\n(12% of the turns); "
+    assert ("The 495 turns holding a VERIFIED claim were repeated until they made 30.0% of the rows\n(11.8% of the turns); "
             "VERIFIED claims went from 5.4% to 13.1% of the claims.") in card
+    older = {k: v for k, v in over.items() if not k.startswith("claim_share")}  # a record from before claim shares were kept
+    (trained / "training_record.json").write_text(json.dumps({**oversampled, "oversample": older}))
+    card = (ship(trained, "tiny-over-older", "tinybase", agreement, tmp_path / "students")[0] / "README.md").read_text()
+    assert "made 30.0% of the rows\n(11.8% of the turns).\n" in card
 
 
 def test_shipping_refuses_a_folder_that_is_not_a_trained_student(tmp_path):

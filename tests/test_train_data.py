@@ -125,8 +125,8 @@ def test_oversampling_raises_the_labelled_share_and_keeps_every_other_turn_once(
     examples = [{"id": f"r{i}", "labels": ["V", "L"]} for i in range(rare)] + [{"id": f"c{i}", "labels": ["L"]} for i in range(common)]
     try:
         out, report = oversample(examples, lambda e: e["labels"], "V", share, seed)
-    except ValueError as e:  # asked for no more than the turns already make, or for more copies than allowed
-        assert share <= rare / (rare + common) or "at most" in str(e)
+    except ValueError as e:  # asked for no more than the turns already make (to a turn), or for more copies than allowed
+        assert ("repeat none" in str(e) and share < (rare + 1) / (rare + common + 1)) or "at most" in str(e)
         return
     ids = [e["id"] for e in out]
     assert ids[:len(examples)] == [e["id"] for e in examples]  # the originals first, in order
@@ -148,6 +148,8 @@ def test_oversampling_refuses_what_would_repeat_none_or_too_much():
         oversample(examples, lambda e: e["labels"], "X", 0.3, 0)
     with pytest.raises(ValueError, match="already make 33.3% of them: oversample_share 0.3 would repeat none"):
         oversample(examples, lambda e: e["labels"], "V", 0.3, 0)
+    with pytest.raises(ValueError, match="within a turn of the 33.3%"):
+        oversample(examples, lambda e: e["labels"], "V", 0.34, 0)  # above the share before, but not by a whole repeat
     with pytest.raises(ValueError, match="at most 20"):
         oversample(examples + [{"labels": []}] * 40, lambda e: e["labels"], "V", 0.5, 0)  # 1 turn in 43: 42 copies
     assert len(oversample(examples + [{"labels": []}] * 17, lambda e: e["labels"], "V", 0.5, 0)[0]) == 38  # 19 copies: allowed
@@ -210,18 +212,30 @@ def test_oversampling_settings_are_refused_before_anything_is_read(settings, mes
                      SimpleNamespace(train_sampling_strategy="random"))
 
 
-def test_a_resumed_run_refuses_rows_other_than_its_first_chunk_trained_on(tmp_path):
+def test_a_resumed_run_refuses_rows_other_than_its_first_chunk_trained_on(tmp_path, capsys):
+    from types import SimpleNamespace
+
     from fastvista.labels import Label
     from fastvista.train.sft import same_training_rows
 
-    rows = [student_example(i, [Label.VERIFIED]) for i in range(3)]
-    same_training_rows(tmp_path / "run", rows, resuming=False, write=True)
-    same_training_rows(tmp_path / "run", rows, resuming=True, write=True)  # the same rows: goes on
-    with pytest.raises(ValueError, match="was trained on other rows than these"):
-        same_training_rows(tmp_path / "run", rows + rows[:1], resuming=True, write=True)  # a repeat more
-    same_training_rows(tmp_path / "run", rows[:2], resuming=False, write=True)  # a fresh start writes its own rows
-    with pytest.raises(ValueError, match="other rows"):
-        same_training_rows(tmp_path / "run", rows, resuming=True, write=False)
+    args = SimpleNamespace(seed=0, data_seed=None, per_device_train_batch_size=2, gradient_accumulation_steps=8, world_size=1,
+                           train_sampling_strategy="random", process_index=0)
+    rows, run = [student_example(i, [Label.VERIFIED]) for i in range(3)], tmp_path / "run"
+    same_training_rows(run, rows, args, resuming=True)  # a run begun before the marker was kept: said, not refused
+    assert "cannot be checked" in capsys.readouterr().err and not (run / "training_rows.json").exists()
+    same_training_rows(run, rows, args, resuming=False)
+    same_training_rows(run, rows, args, resuming=True)  # the same rows and settings: goes on
+    with pytest.raises(ValueError, match="rows: 3 then, 4 now"):
+        same_training_rows(run, rows + rows[:1], args, resuming=True)  # a repeat more
+    with pytest.raises(ValueError, match="other rows or another order"):
+        same_training_rows(run, rows[::-1], args, resuming=True)
+    with pytest.raises(ValueError, match="seed: 0 then, 1 now"):
+        same_training_rows(run, rows, SimpleNamespace(**{**vars(args), "seed": 1}), resuming=True)
+    same_training_rows(run, rows[:2], SimpleNamespace(**{**vars(args), "process_index": 1}), resuming=False)  # not the main process
+    same_training_rows(run, rows, args, resuming=True)  # so the marker is the first chunk's still
+    same_training_rows(run, rows[:2], args, resuming=False)  # a fresh start writes its own rows
+    with pytest.raises(ValueError, match="rows: 2 then, 3 now"):
+        same_training_rows(run, rows, args, resuming=True)
 
 
 def test_no_run_goes_on_from_an_oversampled_one(tmp_path):

@@ -94,10 +94,10 @@ MAX_COPIES = 20  # more copies of each rare turn would teach those turns by hear
 
 def oversample(examples: list[dict], labels_of, label, share: float, seed: int) -> tuple[list[dict], dict]:
     """Repeat the examples whose answer holds a claim of `label` until they are `share` of the
-    training rows, every other example kept once: a label the teacher rarely gives on its corpus
-    (VERIFIED: 5% of its Topical-Chat claims, 27-32% of its claims on the human-labelled sets)
-    teaches a student never to give it. Whole copies first, then a seeded sample of one more;
-    `labels_of(example)` lists the labels of an example's claims."""
+    training rows, every other example kept once, for a label the teacher rarely gives on its corpus
+    (VERIFIED: 5% of its Topical-Chat claims, 27-32% of its claims on the human-labelled sets).
+    Whole copies first, then a seeded sample of one more; `labels_of(example)` lists the labels of
+    an example's claims."""
     if not 0 < share < 1:
         raise ValueError(f"oversample_share must lie between 0 and 1, not {share}")
     labels = [labels_of(e) for e in examples]
@@ -114,6 +114,9 @@ def oversample(examples: list[dict], labels_of, label, share: float, seed: int) 
         raise ValueError(f"oversample_share {share} would put each of the {len(rare)} turns holding a {label} claim in "
                          f"{wanted / len(rare):.1f} times (at most {MAX_COPIES}): ask for a smaller share")
     repeats = rare * (copies - 1) + random.Random(seed).sample(rare, rest)
+    if not repeats:
+        raise ValueError(f"oversample_share {share} is within a turn of the {before:.1%} the turns holding a {label} claim "
+                         "already make: it would repeat none")
     rows = list(range(len(examples))) + repeats
 
     def claim_share(indices):

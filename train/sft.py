@@ -52,9 +52,14 @@ class StudentArguments:
                 "student format must be this run's, except the turns a call (a per-turn student may start a window "
                 "student); a resumed checkpoint already holds the weights."})
     oversample_label: str = field(default="", metadata={
-        "help": "Repeat the training turns whose answer holds a claim of this label (e.g. VERIFIED) until they are "
-                "oversample_share of the training turns, for a label the corpus rarely holds (train/data.py, oversample)."})
-    oversample_share: float = field(default=0.0, metadata={"help": "The share of training turns oversample_label's turns are raised to."})
+        "help": "A claim label (VERIFIED, OUT_OF_SCOPE, LACKING_EVIDENCE, ABSTENTION, CONTRADICTED; not an answer style's "
+                "word): repeat the train_file turns whose answer holds such a claim, after max_length's drops, until they make "
+                "oversample_share of the rows trained from; never the validation turns. Needs train_sampling_strategy: "
+                "random; refused with snapshot_examples; the record and the card say what was repeated (train/data.py)."})
+    oversample_share: float = field(default=0.0, metadata={
+        "help": "With oversample_label: the share of the rows (turns and their repeats, not claims) that hold the label, "
+                "above its share before and at most 20 copies of a turn; whole copies, then a sample drawn with seed. "
+                "Epochs count over the rows. 0: no oversampling."})
     snapshot_examples: list[int] = field(default_factory=list, metadata={
         "help": "Also save the adapter in OUTPUT/snapshots/turns_N, and validate, once training has seen the first N examples of "
                 "train_file (in file order: needs train_sampling_strategy sequential and an eval_file): a learning curve from one run."})
@@ -138,20 +143,36 @@ def oversample_label(train: list[dict], student_args: StudentArguments, fmt, see
     return train, {"label": label.value, "share": student_args.oversample_share, **report}
 
 
-def same_training_rows(output_dir: Path, train: list[dict], resuming: bool, write: bool) -> None:
-    """A resumed run skips the steps its checkpoint took, which is right only on the very rows, in
-    the same order, that its first chunk trained on (OUTPUT/training_rows.json): another file,
-    max_length or oversampling would quietly train on other rows."""
+ROW_SETTINGS = ("seed", "data_seed", "per_device_train_batch_size", "gradient_accumulation_steps", "world_size", "train_sampling_strategy")
+
+
+def same_training_rows(output_dir: Path, train: list[dict], training_args, resuming: bool) -> None:
+    """A resumed run skips the batches its checkpoint trained, which is right only when it draws from
+    the same rows, in the same order, with the same seed and batches as its first chunk
+    (OUTPUT/training_rows.json): another file, max_length or oversampling, or another seed or batch,
+    would quietly skip rows it never trained and train again rows it had."""
     import hashlib
 
     marker = output_dir / "training_rows.json"
-    digest = hashlib.sha256(json.dumps([[e["prompt"], e["completion"]] for e in train]).encode()).hexdigest()
-    if resuming and marker.exists() and json.loads(marker.read_text())["sha256"] != digest:
-        raise ValueError(f"--resume: {output_dir} was trained on other rows than these ({marker}): resume with the same "
-                         "train_file, max_length and oversampling, or train into another output_dir")
-    if write:
+    now = {"sha256": hashlib.sha256(json.dumps([[e["prompt"], e["completion"]] for e in train]).encode()).hexdigest(),
+           "rows": len(train), **{k: getattr(training_args, k, None) for k in ROW_SETTINGS}}
+    if resuming:
+        if not marker.exists():
+            print(f"--resume: no {marker} (a run begun before it was kept, or going on from a finished run's steps): "
+                  "its training rows cannot be checked", file=sys.stderr)
+            return
+        before = json.loads(marker.read_text())
+        differ = [f"{k}: {before.get(k)} then, {v} now" for k, v in now.items() if k != "sha256" and before.get(k) != v]
+        if before.get("sha256") != now["sha256"] and not differ:
+            differ = [f"the same {len(train)} rows in number, other rows or another order"]
+        if differ:
+            raise ValueError(f"--resume: {output_dir} was trained on other rows than these ({'; '.join(differ)}): resume with the "
+                             "same train_file, max_length, oversampling, seed and batch settings, or train into another output_dir")
+    elif training_args.process_index == 0:
         output_dir.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"sha256": digest, "rows": len(train)}))
+        partial = marker.with_suffix(".partial")
+        partial.write_text(json.dumps(now))
+        partial.replace(marker)
 
 
 def step_timer():
@@ -334,6 +355,8 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     if training_args.max_length is None:
         raise ValueError("set max_length: examples longer than it are counted and dropped, never truncated")
     train, held_out, length_reports, fmt = prepare(student_args, tokenizer, training_args.max_length, training_args.seed)
+    checkpoint = get_last_checkpoint(training_args.output_dir) if student_args.resume and os.path.isdir(training_args.output_dir) else None
+    same_training_rows(Path(training_args.output_dir), train, training_args, resuming=checkpoint is not None)
     columns = ("prompt", "completion")
     train_ds = Dataset.from_list([{k: e[k] for k in columns} for e in train])
     eval_ds = Dataset.from_list([{k: e[k] for k in columns} for e in held_out]) if held_out else None
@@ -365,10 +388,8 @@ def main(student_args: StudentArguments, training_args, model_args) -> dict:
     )
     timer = step_timer()
     trainer.add_callback(timer)
-    checkpoint = get_last_checkpoint(training_args.output_dir) if student_args.resume and os.path.isdir(training_args.output_dir) else None
     if student_args.resume and checkpoint is None:
         trainer.accelerator.print(f"--resume: no checkpoint in {training_args.output_dir}, starting fresh")
-    same_training_rows(Path(training_args.output_dir), train, checkpoint is not None, trainer.accelerator.is_main_process)
     started_with = started_from(student_args.init_adapter, Path(training_args.output_dir), resuming=checkpoint is not None)
     if student_args.init_adapter and checkpoint is None:
         started_with = load_adapter_weights(trainer.model, Path(student_args.init_adapter), fmt, model_args, Path(training_args.output_dir))

@@ -114,9 +114,10 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     started = record.get("init_adapter")
     started_line = (f"\nIts LoRA weights started from the finished adapter `{started['path']}` (sha256 `{started['sha256']}`), not from\n"
                     "fresh ones, so what it learned there counts too: that adapter's own record says from what.\n" if started else "")
+    claims = (f"; {over['label']} claims went from {over['claim_share_before']:.1%} to {over['claim_share_after']:.1%} of the claims"
+              if over and "claim_share_after" in over else "")  # records written before claim shares were kept lack them
     over_line = (f"\nThe {over['examples_with_label']} turns holding a {over['label']} claim were repeated until they made "
-                 f"{over['share_after']:.0%} of the rows\n({over['share_before']:.0%} of the turns); {over['label']} claims went from "
-                 f"{over['claim_share_before']:.1%} to {over['claim_share_after']:.1%} of the claims.\n" if over else "")
+                 f"{over['share_after']:.1%} of the rows\n({over['share_before']:.1%} of the turns){claims}.\n" if over else "")
     resumed = record.get("resumed_from")
     cost = ("A snapshot: the run's time and memory are in its own record." if snapshot else
             f"Trained in {rounded(record.get('train_runtime_s'), 0)} s at {rounded(record.get('tokens_per_s'), 1)} tokens/s (peak\n"
