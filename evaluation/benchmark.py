@@ -28,7 +28,7 @@ import json
 import statistics
 from pathlib import Path
 
-from fastvista.evaluation.compare import against_gold, decision
+from fastvista.evaluation.compare import against_gold, turns_right
 from fastvista.evaluation.cross_turn import probe_turn
 from fastvista.evaluation.metrics import accuracy, paired_accuracy_gap, separation
 from fastvista.evaluation.report import DECISION_HEADER, decision_cells
@@ -120,11 +120,8 @@ def student_vs_teacher(out: Path, results: dict, sets: dict) -> dict:
             print(f"benchmark: no student-teacher gap on {data}: dialogues failed (teacher {teacher['failed_dialogues']}, "
                   f"student {student['failed_dialogues']})")
             continue
-        ids, right = {d.id for d in dialogues}, {}
-        for scorer in ("teacher", "student"):
-            right[scorer] = {(d.id, t.index): decision(t, "vista") == (d.dialogue.turns[t.index].gold.label == "hallucinated")
-                             for d in read_scored(out / scorer / data / "results.jsonl", ids) for t in d.turns
-                             if d.dialogue.turns[t.index].gold and d.dialogue.turns[t.index].gold.label}
+        ids = {d.id for d in dialogues}
+        right = {scorer: turns_right(read_scored(out / scorer / data / "results.jsonl", ids)) for scorer in ("teacher", "student")}
         turns = sorted(right["teacher"].keys() & right["student"].keys())
         gaps[data] = {**paired_accuracy_gap([right["student"][k] for k in turns], [right["teacher"][k] for k in turns]),
                       "student_accuracy": student["turn_accuracy"]["accuracy"], "teacher_accuracy": teacher["turn_accuracy"]["accuracy"]}

@@ -6,14 +6,16 @@ scorer could not score is in its failed.jsonl) are counted, not dropped silently
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
+from itertools import combinations
 
 import numpy as np
 
 from fastvista.schema import ScoredDialogue, TurnResult
 from fastvista.scoring import is_unattributed, system_scores
-from fastvista.evaluation.metrics import accuracy, separation, align, correlation, decision_agreement, label_report, token_f1_matrix
+from fastvista.evaluation.metrics import (accuracy, align, correlation, decision_agreement, label_report, paired_accuracy_gap,
+                                         separation, token_f1_matrix)
 
 Similarity = Callable[[Sequence[str], Sequence[str]], np.ndarray]
 
@@ -132,10 +134,10 @@ def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1
     claim_pairs, unlabelled = [], 0
     for d in scored:
         for t in d.turns:
-            gold = d.dialogue.turns[t.index].gold
-            if gold is None or gold.label is None:
+            if human_label(d, t) is None:
                 unlabelled += 1
                 continue
+            gold = d.dialogue.turns[t.index].gold
             by_source[d.source].append((decision(t, reading), gold.label == "hallucinated"))
             scores.append((t.score, gold.label == "hallucinated"))
             if gold.claims is not None:
@@ -151,3 +153,104 @@ def against_gold(scored: list[ScoredDialogue], similarity: Similarity = token_f1
     if claim_pairs:
         result["claims"] = claim_agreement(claim_pairs, similarity, threshold)
     return result
+
+
+
+def human_label(d: ScoredDialogue, t: TurnResult) -> str | None:
+    """The human label of a scored turn ("faithful", "hallucinated" or None), from the dialogue
+    its results file carries; a turn index outside that dialogue is an error, not a guess."""
+    if not 0 <= t.index < len(d.dialogue.turns):
+        raise ValueError(f"dialogue {d.id}: a result for turn {t.index}, which its dialogue ({len(d.dialogue.turns)} turns) does not have")
+    gold = d.dialogue.turns[t.index].gold
+    return gold.label if gold is not None else None
+
+
+def turns_right(scored: list[ScoredDialogue], reading: str = "vista") -> dict[tuple[str, int], bool]:
+    """Each human-labelled turn of `scored`, by (dialogue id, turn index): is the scorer's decision
+    the human's?"""
+    return {(d.id, t.index): decision(t, reading) == (label == "hallucinated")
+            for d in scored for t in d.turns if (label := human_label(d, t)) is not None}
+
+
+def label_shares_by_gold(scored: list[ScoredDialogue], keys: set) -> dict:
+    """Where a scorer puts each label on the turns `keys`: how many claims it wrote on the turns
+    humans call faithful and on those they call hallucinated, and each label's share of them. A
+    scorer can say a label as often as another and still on the wrong turns: its counts do not
+    show that, these shares do."""
+    counts = {"faithful": Counter(), "hallucinated": Counter()}
+    for d in scored:
+        for t in d.turns:
+            if (d.id, t.index) in keys:
+                counts[human_label(d, t)].update(c.label.value for c in t.claims)
+    return {side: {"claims": sum(c.values()), "shares": {label: round(n / sum(c.values()), 4) for label, n in sorted(c.items())}}
+            for side, c in counts.items()}
+
+
+def paired_gold(scorers: dict[str, list[ScoredDialogue]], reading: str = "vista", failed: dict[str, int] | None = None) -> dict:
+    """Scorers against the same human labels on the turns that every one of them scored: each one's
+    accuracy there, each pair's gap (the first named minus the second) with a bootstrap 95% interval
+    that resamples those turns with both decisions kept together (turns both get right, or both wrong,
+    add no difference), and each one's label shares by human label.
+    The files must hold the same dialogues: a turn whose text or human label differs between them,
+    or a dialogue given twice in one file, is an error. Turns some scorer lacks (its dialogue failed,
+    another sample), unlabelled turns and failed dialogues (`failed`, counts from failed.jsonl) are
+    counted, not compared."""
+    if len(scorers) < 2:
+        raise ValueError(f"paired comparison: {len(scorers)} scorer given; at least two are needed")
+    seen = {}
+    for name, scored in scorers.items():
+        ids = Counter(d.id for d in scored)
+        if twice := [i for i, n in ids.items() if n > 1]:
+            raise ValueError(f"paired comparison: {name} holds dialogue {twice[0]} {ids[twice[0]]} times ({len(twice)} dialogues "
+                             "given more than once): one result per dialogue")
+        for d in scored:
+            for t in d.turns:
+                if (label := human_label(d, t)) is None:
+                    continue
+                turn = (d.dialogue.turns[t.index].text, label)
+                first, theirs = seen.setdefault((d.id, t.index), (name, turn))
+                if theirs != turn:
+                    what = f"human label {theirs[1]} against {label}" if theirs[1] != label else "its text"
+                    raise ValueError(f"paired comparison: dialogue {d.id} turn {t.index} differs between {first} and {name} "
+                                     f"({what}): the files hold different data")
+    right = {name: turns_right(scored, reading) for name, scored in scorers.items()}
+    if empty := [name for name, r in right.items() if not r]:
+        raise ValueError(f"paired comparison: {', '.join(empty)} scored no human-labelled turn")
+    keys = sorted(set.intersection(*(set(r) for r in right.values())))
+    if not keys:
+        raise ValueError("paired comparison: no human-labelled turn was scored by every scorer")
+    return {
+        "turns": {"compared": len(keys),
+                  "left_out": {name: len(r) - len(keys) for name, r in right.items()},
+                  "unlabelled": {name: sum(len(d.turns) for d in scored) - len(right[name]) for name, scored in scorers.items()},
+                  "failed_dialogues": {name: (failed or {}).get(name, 0) for name in scorers}},
+        "reading": reading,
+        "accuracy": {name: round(sum(r[k] for k in keys) / len(keys), 4) for name, r in right.items()},
+        "paired_gaps": {f"{a} - {b}": paired_accuracy_gap([right[a][k] for k in keys], [right[b][k] for k in keys])
+                        for a, b in combinations(scorers, 2)},
+        "label_shares": {name: label_shares_by_gold(scored, set(keys)) for name, scored in scorers.items()},
+    }
+
+
+def paired_table(report: dict) -> str:
+    """`paired_gold`'s report as Markdown: what was compared and left out, accuracies, each label's
+    share of the claims on faithful / hallucinated turns (- where a side has no claim), and gaps."""
+    turns, shares = report["turns"], report["label_shares"]
+    labels = sorted({label for by_side in shares.values() for side in by_side.values() for label in side["shares"]})
+
+    def share(side: dict, label: str) -> str:
+        return f"{side['shares'].get(label, 0):.1%}" if side["claims"] else "-"
+
+    lines = [f"{turns['compared']} human-labelled turns scored by every scorer ({report['reading']} reading); left out: "
+             + "; ".join(f"{name} {turns['left_out'][name]} turns, {turns['unlabelled'][name]} unlabelled, "
+                         f"{turns['failed_dialogues'][name]} failed dialogues" for name in report["accuracy"]), "",
+             "| scorer | accuracy | claims faithful / halluc. |" + "".join(f" {label} faithful / halluc. |" for label in labels),
+             "|---|---|---|" + "---|" * len(labels)]
+    for name, acc in report["accuracy"].items():
+        by_side = shares[name]
+        cells = "".join(f" {share(by_side['faithful'], label)} / {share(by_side['hallucinated'], label)} |" for label in labels)
+        lines.append(f"| {name} | {acc:.3f} | {by_side['faithful']['claims']} / {by_side['hallucinated']['claims']} |{cells}")
+    lines += ["", "| pair (first minus second) | accuracy gap [95% CI, paired] | turns |", "|---|---|---|"]
+    for pair, gap in report["paired_gaps"].items():
+        lines.append(f"| {pair} | {gap['gap']:+.3f} [{gap['ci95'][0]:+.3f}, {gap['ci95'][1]:+.3f}] | {gap['n']} |")
+    return "\n".join(lines)

@@ -169,11 +169,7 @@ def eval_cross_turn(
     from fastvista.scheduler import read_failed
 
     reports = {}
-    for item in scored:
-        name, sep, path = item.partition("=")
-        name, path = (name, Path(path)) if sep and not Path(item).exists() else (item, Path(item))
-        if name in reports:
-            fail(f"{name} is given twice: name each scorer's results once (NAME=RESULTS)")
+    for name, path in named_results(scored).items():
         reports[name] = cross_turn_report(read_scored(path), read_failed(path.parent))
         if not reports[name]:
             fail(f"{path} holds no cross-turn probe dialogue (made by `fastvista data cross-turn-probe`)")
@@ -183,6 +179,52 @@ def eval_cross_turn(
     if out:
         write_report(reports, out)
     typer.echo(cross_turn_table(reports))
+
+
+@eval_app.command("paired")
+def eval_paired(
+    scored: List[str] = typer.Argument(..., help="Two or more scorers' results on the same human-labelled dialogues, each as "
+                                       "NAME=RESULTS (e.g. teacher=runs/human_labels/teacher/q2/results.jsonl student=...); "
+                                       "each gap is the first named minus the second."),
+    reading: str = typer.Option("vista", help="Turn decision: vista, or attribution (as in `fastvista eval gold`)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report (JSON) here; the table is printed either way."),
+):
+    """Scorers against the same human labels, paired: each one's accuracy on the turns every one
+    scored, each pair's accuracy gap (first minus second) with a paired bootstrap 95% interval, and
+    where each puts each label (its share among the claims of faithful and of hallucinated turns).
+    The files must hold the same dialogues and labels. Turns some scorer lacks (a failed dialogue,
+    another sample), unlabelled turns and failed dialogues are counted and left out."""
+    from fastvista.evaluation.compare import READINGS, paired_gold, paired_table
+    from fastvista.scheduler import read_failed
+
+    if reading not in READINGS:
+        fail(f"unknown reading {reading!r}: one of {', '.join(READINGS)}")
+    files = named_results(scored)
+    try:
+        report = paired_gold({name: read_scored(path) for name, path in files.items()}, reading,
+                             {name: len(read_failed(path.parent)) for name, path in files.items()})
+    except (ValueError, OSError) as e:
+        fail(str(e))
+    if out:
+        write_report(report, out)
+    typer.echo(paired_table(report))
+
+
+def named_results(items: list[str]) -> dict[str, Path]:
+    """NAME=RESULTS arguments (a bare path names itself; a name holds no '='): each name once, each
+    an existing file, no file twice."""
+    named = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        name, path = (name, Path(path)) if sep and not Path(item).exists() else (item, Path(item))
+        if not name or not path.is_file():
+            fail(f"{item!r}: give NAME=RESULTS, a name and an existing results file")
+        if name in named:
+            fail(f"{name} is given twice: name each scorer's results once (NAME=RESULTS)")
+        if twice := next((other for other, p in named.items() if p.resolve() == path.resolve()), None):
+            fail(f"{path} is given as {twice} and as {name}: each scorer's own results, once")
+        named[name] = path
+    return named
 
 
 def run_configured(config_class, main, config: Path, overrides: list[str], out: Path):

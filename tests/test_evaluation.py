@@ -511,3 +511,112 @@ def test_a_row_that_replays_answers_whose_file_is_gone_is_refused_before_any_eng
     with pytest.raises(ValueError, match="replays or repeats the answers of 'student'"):
         speed.main(cfg.model_copy(update={"only": [speed_rows()[0]]}), tmp_path / "out")
     assert started == []
+
+
+def _human_labelled_scores():
+    """Three museum dialogues scored by the scripted teacher, with human labels on their three
+    scored turns: turn 1 faithful (the teacher calls it hallucinated: wrong), turn 3 hallucinated
+    (right), turn 5 faithful (no claim, not hallucinated: right)."""
+    from fastvista.schema import Gold
+
+    scored = []
+    for i in range(3):
+        d = museum_dialogue(i)
+        for index, label in ((1, "faithful"), (3, "hallucinated"), (5, "faithful")):
+            d.turns[index].gold = Gold(label=label)
+        scored.append(drive(label_dialogue(d, TeacherConfig()), ScriptedBackend()))
+    return scored
+
+
+def _flipped(scored, keep: int):
+    """A scorer deciding the opposite on every turn, saying VERIFIED for every claim, that scored
+    only the first `keep` dialogues (the others failed)."""
+    return [d.model_copy(update={"turns": [t.model_copy(update={"hallucinated": not t.hallucinated,
+                                                                 "claims": [c.model_copy(update={"label": Label.VERIFIED}) for c in t.claims]})
+                                            for t in d.turns]}) for d in scored[:keep]]
+
+
+def test_paired_gold_compares_scorers_on_the_turns_all_scored_and_shows_where_each_label_goes():
+    from fastvista.evaluation.compare import paired_gold, paired_table
+
+    teacher = _human_labelled_scores()
+    report = paired_gold({"teacher": teacher, "flipped": _flipped(teacher, keep=2)}, failed={"flipped": 1})
+    assert report["turns"] == {"compared": 6, "left_out": {"teacher": 3, "flipped": 0}, "unlabelled": {"teacher": 0, "flipped": 0},
+                               "failed_dialogues": {"teacher": 0, "flipped": 1}}
+    assert report["accuracy"] == {"teacher": round(4 / 6, 4), "flipped": round(2 / 6, 4)}
+    gap = report["paired_gaps"]["teacher - flipped"]
+    assert gap["n"] == 6 and gap["gap"] == pytest.approx(2 / 6, abs=1e-4) and gap["ci95"][0] <= gap["gap"] <= gap["ci95"][1]
+    # the teacher's faithful turns hold turn 1's verified, out-of-scope and lacking claims (turn 5 has none);
+    # its hallucinated turns hold turn 3's two verified claims and a contradicted one
+    shares = report["label_shares"]["teacher"]
+    third = round(1 / 3, 4)
+    assert shares["faithful"] == {"claims": 6, "shares": {"LACKING_EVIDENCE": third, "OUT_OF_SCOPE": third, "VERIFIED": third}}
+    assert shares["hallucinated"] == {"claims": 6, "shares": {"CONTRADICTED": third, "VERIFIED": round(2 / 3, 4)}}
+    assert report["label_shares"]["flipped"]["faithful"] == {"claims": 6, "shares": {"VERIFIED": 1.0}}
+    table = paired_table(report)
+    assert "| teacher - flipped | +0.333 [" in table and "flipped 0 turns, 0 unlabelled, 1 failed dialogues" in table
+    assert "| flipped | 0.333 | 6 / 6 | 0.0% / 0.0% | 0.0% / 0.0% | 0.0% / 0.0% | 100.0% / 100.0% |" in table
+
+
+def test_paired_gold_shows_no_share_where_a_scorer_wrote_no_claim():
+    from fastvista.evaluation.compare import paired_gold, paired_table
+
+    teacher = _human_labelled_scores()
+    silent = [d.model_copy(update={"turns": [t.model_copy(update={"claims": []}) for t in d.turns]}) for d in teacher]
+    report = paired_gold({"teacher": teacher, "silent": silent})
+    assert report["label_shares"]["silent"] == {"faithful": {"claims": 0, "shares": {}}, "hallucinated": {"claims": 0, "shares": {}}}
+    assert "| silent | 0.667 | 0 / 0 | - / - | - / - | - / - | - / - |" in paired_table(report)
+
+
+def test_paired_gold_refuses_what_it_cannot_pair():
+    from fastvista.evaluation.compare import paired_gold
+    from fastvista.schema import Gold
+
+    teacher = _human_labelled_scores()
+    with pytest.raises(ValueError, match="at least two"):
+        paired_gold({"teacher": teacher})
+    with pytest.raises(ValueError, match="no human-labelled turn was scored by every scorer"):
+        paired_gold({"first": teacher[:1], "others": teacher[1:]})
+    with pytest.raises(ValueError, match="twice holds dialogue d0 2 times"):
+        paired_gold({"teacher": teacher, "twice": teacher + teacher[:1]})
+    relabelled = [d.model_copy(deep=True) for d in teacher]
+    relabelled[1].dialogue.turns[3].gold = Gold(label="faithful")
+    with pytest.raises(ValueError, match="dialogue d1 turn 3 differs between teacher and relabelled \\(human label hallucinated against faithful"):
+        paired_gold({"teacher": teacher, "relabelled": relabelled})
+    reworded = [d.model_copy(deep=True) for d in teacher]
+    reworded[2].dialogue.turns[1].text = "Something else."
+    with pytest.raises(ValueError, match="dialogue d2 turn 1 differs between teacher and reworded \\(its text\\)"):
+        paired_gold({"teacher": teacher, "reworded": reworded})
+    unlabelled = [d.model_copy(deep=True) for d in teacher]
+    for d in unlabelled:
+        for turn in d.dialogue.turns:
+            turn.gold = None
+    with pytest.raises(ValueError, match="unlabelled scored no human-labelled turn"):
+        paired_gold({"teacher": teacher, "unlabelled": unlabelled})
+    stray = [d.model_copy(deep=True) for d in teacher]
+    stray[0].turns[0].index = 99
+    with pytest.raises(ValueError, match="dialogue d0: a result for turn 99, which its dialogue \\(7 turns\\) does not have"):
+        paired_gold({"teacher": teacher, "stray": stray})
+
+
+def test_eval_paired_reads_named_results_and_refuses_unclear_arguments(tmp_path):
+    from typer.testing import CliRunner
+
+    from fastvista.cli import app
+    from fastvista.records_io import write_jsonl
+
+    teacher = _human_labelled_scores()
+    write_jsonl(tmp_path / "teacher.jsonl", teacher)
+    write_jsonl(tmp_path / "flipped.jsonl", _flipped(teacher, keep=3))
+    ran = CliRunner().invoke(app, ["eval", "paired", f"teacher={tmp_path / 'teacher.jsonl'}", f"flipped={tmp_path / 'flipped.jsonl'}",
+                                   "-o", str(tmp_path / "paired.json")])
+    assert ran.exit_code == 0, ran.output
+    assert "| teacher - flipped | +0.333 [" in ran.output
+    assert json.loads((tmp_path / "paired.json").read_text())["turns"]["compared"] == 9
+    for args, message in (([f"a={tmp_path / 'teacher.jsonl'}", f"a={tmp_path / 'flipped.jsonl'}"], "a is given twice"),
+                          ([f"a={tmp_path / 'teacher.jsonl'}", f"b={tmp_path / 'gone.jsonl'}"], "gone.jsonl"),
+                          ([f"a={tmp_path / 'teacher.jsonl'}", "b="], "give NAME=RESULTS"),
+                          ([f"a={tmp_path / 'teacher.jsonl'}", f"={tmp_path / 'flipped.jsonl'}"], "give NAME=RESULTS"),
+                          ([f"a={tmp_path / 'teacher.jsonl'}", f"b={tmp_path / 'teacher.jsonl'}"], "is given as a and as b")):
+        refused = CliRunner().invoke(app, ["eval", "paired", *args])
+        assert refused.exit_code == 2 and message in refused.output, (args, refused.output)
