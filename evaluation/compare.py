@@ -182,7 +182,8 @@ def label_shares_by_gold(scored: list[ScoredDialogue], keys: set) -> dict:
         for t in d.turns:
             if (d.id, t.index) in keys:
                 counts[human_label(d, t)].update(c.label.value for c in t.claims)
-    return {side: {"claims": sum(c.values()), "shares": {label: round(n / sum(c.values()), 4) for label, n in sorted(c.items())}}
+    return {side: {"claims": sum(c.values()), "counts": dict(sorted(c.items())),
+                   "shares": {label: round(n / sum(c.values()), 4) for label, n in sorted(c.items())}}
             for side, c in counts.items()}
 
 
@@ -239,7 +240,7 @@ def paired_table(report: dict) -> str:
     labels = sorted({label for by_side in shares.values() for side in by_side.values() for label in side["shares"]})
 
     def share(side: dict, label: str) -> str:
-        return f"{side['shares'].get(label, 0):.1%}" if side["claims"] else "-"
+        return f"{side['counts'].get(label, 0) / side['claims']:.1%}" if side["claims"] else "-"
 
     lines = [f"{turns['compared']} human-labelled turns scored by every scorer ({report['reading']} reading); left out: "
              + "; ".join(f"{name} {turns['left_out'][name]} turns, {turns['unlabelled'][name]} unlabelled, "

