@@ -187,6 +187,12 @@ def test_shipping_writes_the_card_with_its_targets_and_the_pinned_adapter_instal
     card = (folder / "README.md").read_text()
     assert card.startswith("---\nbase_model: tinybase\nlibrary_name: peft\n") and "ab" * 32 in card
     assert "trained_in:\n  mixed_precision: 'no'\n  dtype: float32" in card  # what it trained in, not only the config's bf16
+    bf16, fp32 = {"mixed_precision": "bf16", "dtype": "bfloat16"}, {"mixed_precision": "no", "dtype": "float32"}
+    chunks = [{**bf16, "resumed_from": None}, {**fp32, "resumed_from": "runs/student/x/checkpoint-69"}]  # resumed on a CPU without bf16
+    (trained / "training_record.json").write_text(json.dumps({**record, "final_eval_loss": 0.4, "precision": {**fp32, "chunks": chunks}}))
+    mixed = (ship(trained, "tiny-mixed", "tinybase", agreement, tmp_path / "students")[0] / "README.md").read_text()
+    assert ("trained_in:\n- chunk: 1\n  resumed_from: null\n  mixed_precision: bf16\n  dtype: bfloat16\n"
+            "- chunk: 2\n  resumed_from: checkpoint-69\n  mixed_precision: 'no'\n  dtype: float32") in mixed  # every chunk, not the last alone
     assert "| hallucination-decision agreement | 0.83 | ≥ 0.8 | yes |" in card and "| Cohen's kappa | 0.51 | ≥ 0.55 | no |" in card
     assert "| turn-score Pearson | 0.7 [0.62, 0.77] | ≥ 0.65 | yes |" in card and "| label accuracy on aligned claims | 0.69 | ≥ 0.7 | no |" in card
     assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "tinybase"

@@ -75,6 +75,19 @@ def score_command(name: str, fmt: dict) -> str:
         f" --set student.{k}={v}" for k, v in rest.items())
 
 
+def trained_in(precision: dict) -> dict | list[dict]:
+    """The precision it trained in; one entry per chunk where a resume on another CPU changed it, so a
+    card never names only the last chunk's precision for steps trained in another."""
+    def kind(p: dict) -> dict:
+        return {k: p.get(k) for k in ("mixed_precision", "dtype")}
+
+    chunks = precision.get("chunks") or [precision]
+    if all(kind(c) == kind(precision) for c in chunks):
+        return kind(precision)
+    return [{"chunk": i, "resumed_from": Path(c["resumed_from"]).name if c.get("resumed_from") else None, **kind(c)}
+            for i, c in enumerate(chunks, 1)]
+
+
 def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     """The README.md of a shipped student: front matter, what it is, its data, its settings, its figures."""
     front = {"base_model": base, "library_name": "peft", "license": "apache-2.0", "pipeline_tag": "text-generation",
@@ -87,7 +100,7 @@ def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
     model = record.get("config", {}).get("model", {})
     settings.update({k: model.get(k) for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules") if k in model})
     if record.get("precision"):  # what it trained in, which can differ from the config's bf16 on a CPU (train/precision.py)
-        settings["trained_in"] = {k: record["precision"].get(k) for k in ("mixed_precision", "dtype")}
+        settings["trained_in"] = trained_in(record["precision"])
     fmt = record.get("format", {})
     answer = fmt.get("answer", ANSWER)
     labels = ", ".join(label.value if spelled(label, answer) == label.value else f"`{spelled(label, answer)}` for {label.value}"
