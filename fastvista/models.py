@@ -101,8 +101,8 @@ STUDENTS: dict[str, ShippedStudent] = {
         base="qwen2.5-coder-0.5b-instruct",
         adapter="students/qwen2.5-coder-0.5b-worded-student",
         sha256="9b6a7caa563c320ecb889ad1f241c59ce8d279f076685d521bca0f7d87ddd4e7",
-        notes="the default's format on the larger base, over all 4,192 corpus training turns: the best agreement with the "
-              "teacher of any student (0.755, kappa 0.421) and at or above the default against human labels on all three "
+        notes="the default's format on the larger base, over all 4,192 corpus training turns: the best decision agreement "
+              "and kappa with the teacher of any student (0.755, kappa 0.421) and at or above the default against human labels on all three "
               "sets (docs/student.md, 'The worded 0.5B'); not the default: about half the 135M's turns/s, which puts it "
               "under the 10x speedup; score it with -c configs/score/qwen05_worded_student_cpu.yaml",
     ),

@@ -285,6 +285,19 @@ def test_a_format_recorded_before_the_layout_and_answer_options_reads_as_that_ti
         assert (fmt.layout, fmt.answer) == ("store-first", "numbered")
 
 
+def test_a_card_names_the_precision_of_the_steps_that_were_kept():
+    """A chunk killed before its first checkpoint left no steps; a run resumed without its earlier
+    chunks' record does not pass for one precision throughout."""
+    from fastvista.train.ship import trained_in
+
+    bf16, fp32 = {"mixed_precision": "bf16", "dtype": "bfloat16"}, {"mixed_precision": "no", "dtype": "float32"}
+    lost = [{**bf16, "resumed_from": None}, {**fp32, "resumed_from": "r/checkpoint-51"}, {**bf16, "resumed_from": "r/checkpoint-51"}]
+    assert trained_in({**bf16, "chunks": lost}) == bf16  # the float32 chunk saved nothing: every kept step is bf16
+    carried = trained_in({**fp32, "chunks": [{**fp32, "resumed_from": "r/checkpoint-69"}]})
+    assert carried[0]["dtype"] == "not recorded" and carried[1] == {"chunk": 1, "resumed_from": "checkpoint-69", **fp32}
+    assert trained_in({**fp32, "note": "old record"}) == fp32  # written before chunks were kept
+
+
 @pytest.mark.parametrize("name", sorted(models.STUDENTS))
 def test_every_shipped_student_is_its_pinned_files_and_a_score_config_reads_its_format(name):
     """A shipped student's folder is the one pinned, and some config of configs/score/ scores it in

@@ -82,10 +82,15 @@ def trained_in(precision: dict) -> dict | list[dict]:
         return {k: p.get(k) for k in ("mixed_precision", "dtype")}
 
     chunks = precision.get("chunks") or [precision]
-    if all(kind(c) == kind(precision) for c in chunks):
-        return kind(precision)
-    return [{"chunk": i, "resumed_from": Path(c["resumed_from"]).name if c.get("resumed_from") else None, **kind(c)}
-            for i, c in enumerate(chunks, 1)]
+    # a chunk killed before its first checkpoint left no steps: the next one resumed from where it had
+    kept = [c for c, after in zip(chunks, [*chunks[1:], {}]) if not after.get("resumed_from") or after["resumed_from"] != c.get("resumed_from")]
+    unrecorded = bool(kept[0].get("resumed_from"))  # resumed from a checkpoint carried without the run's precision.json
+    if not unrecorded and all(kind(c) == kind(kept[0]) for c in kept):
+        return kind(kept[0])
+    rows = [{"chunk": i, "resumed_from": Path(c["resumed_from"]).name if c.get("resumed_from") else None, **kind(c)}
+            for i, c in enumerate(kept, 1)]
+    earlier = {"chunk": 0, "resumed_from": None, "mixed_precision": "not recorded", "dtype": "not recorded"}
+    return [earlier, *rows] if unrecorded else rows
 
 
 def model_card(name: str, base: str, record: dict, agreement: dict) -> str:
